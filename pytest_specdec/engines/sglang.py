@@ -1,0 +1,176 @@
+"""SGLang: the primary GPU target (DFlash, DDTree, EAGLE/EAGLE3, STANDALONE, NGRAM).
+
+Facts used: launch with ``python -m sglang.launch_server``; readiness is ``/health_generate``
+(a real one-token generation; ``/v1/models`` answers before warmup ends, so it is never used);
+per-request speculative stats only come from the native ``/generate`` endpoint's ``meta_info``;
+``--enable-metrics`` exposes ``sglang:spec_verify_calls_total`` and
+``sglang:generation_tokens_total``, whose deltas around a run give its accept length.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from pytest_specdec.client import RequestFailed, get, stream_sse
+from pytest_specdec.engines.base import (
+    BootContext,
+    EngineNotInstalled,
+    LaunchSpec,
+    RequestSpec,
+    counter_delta,
+    fetch_metrics,
+    finite_or_none,
+    stream_chat,
+)
+from pytest_specdec.results import RunRecord
+from pytest_specdec.suitefile import EngineSettings
+
+VERIFY_CALLS = "sglang:spec_verify_calls_total"
+GEN_TOKENS = "sglang:generation_tokens_total"
+META_FIELDS = (
+    "spec_verify_ct",
+    "spec_accept_length",
+    "spec_accept_rate",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_correct_drafts_histogram",
+)
+
+
+def _python(settings: EngineSettings) -> str:
+    return os.path.expanduser(settings.python) if settings.python else sys.executable
+
+
+def _probe(python: str, code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def native_payload(req: RequestSpec) -> dict[str, Any]:
+    return {
+        "text": req.text,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": req.max_tokens},
+        "stream": True,
+    }
+
+
+def apply_meta_info(meta: Mapping[str, Any], rec: RunRecord) -> None:
+    """Per-request speculative fields of SGLang's ``meta_info`` (absent without speculation)."""
+    tokens = meta.get("completion_tokens")
+    if not isinstance(tokens, int):
+        raise RequestFailed("/generate meta_info carried no completion_tokens")
+    rec.output_tokens = tokens
+    rec.prompt_tokens = meta.get("prompt_tokens")
+    verify = meta.get("spec_verify_ct")
+    if isinstance(verify, int) and verify > 0:
+        rec.verify_steps = verify
+        rec.accept_length = tokens / verify
+        rec.accept_source = "meta_info"
+    rec.extra["meta_info"] = {k: meta[k] for k in META_FIELDS if k in meta}
+    finish = meta.get("finish_reason")
+    if isinstance(finish, dict):
+        rec.finish_reason = str(finish.get("type"))
+
+
+class SGLangEngine:
+    name = "sglang"
+    readiness_path = "/health_generate"
+
+    def __init__(self, settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
+
+    def check_installed(self) -> None:
+        settings = self.settings
+        python = _python(settings)
+        try:
+            proc = _probe(
+                python,
+                "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)",
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EngineNotInstalled(f"cannot run {python} to look for SGLang: {exc}") from exc
+        if proc.returncode != 0:
+            raise EngineNotInstalled(
+                f"SGLang is not installed for {python}: pip install 'sglang[all]' there, "
+                'or point [engines.sglang] python = "/path/to/venv/bin/python" at one that has it'
+            )
+
+    def build_command(self, ctx: BootContext) -> LaunchSpec:
+        argv = [_python(self.settings), "-m", "sglang.launch_server", "--model-path", ctx.model]
+        argv += ["--host", ctx.host, "--port", str(ctx.port), "--enable-metrics"]
+        if ctx.draft_model:
+            argv += ["--speculative-draft-model-path", ctx.draft_model]
+        argv += [*self.settings.extra_args, *ctx.config.args]
+        secrets: tuple[str, ...] = ()
+        if ctx.api_key:
+            argv += ["--api-key", ctx.api_key]
+            secrets = (ctx.api_key,)
+        return LaunchSpec(argv=argv, env={**self.settings.env, **ctx.config.env}, secrets=secrets)
+
+    def version(self) -> str | None:
+        settings = self.settings
+        try:
+            proc = _probe(
+                _python(settings), "import importlib.metadata as m; print(m.version('sglang'))"
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return f"sglang {proc.stdout.strip()}" if proc.returncode == 0 else None
+
+    async def is_ready(self, client: httpx.AsyncClient) -> bool:
+        try:
+            resp = await get(client, self.readiness_path)
+        except RequestFailed:
+            return False
+        return resp.status_code == 200
+
+    async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
+        if self.settings.api == "native":
+            out = await stream_sse(
+                client, "/generate", native_payload(req), lambda e: bool(e.get("text"))
+            )
+            if not out.events:
+                raise RequestFailed("/generate stream carried no events")
+            last = out.events[-1]
+            rec.text = str(last.get("text", ""))
+            apply_meta_info(last.get("meta_info") or {}, rec)
+            rec.wall_s, rec.ttft_s = out.wall_s, out.ttft_s
+        else:
+            await stream_chat(client, req, rec)
+
+    async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
+        return await fetch_metrics(client)
+
+    def accept_from_counters(
+        self, before: Mapping[str, float], after: Mapping[str, float]
+    ) -> dict[str, float | None]:
+        verify = counter_delta(before, after, VERIFY_CALLS)
+        tokens = counter_delta(before, after, GEN_TOKENS)
+        length = tokens / verify if verify and tokens is not None else None
+        return {
+            "verify_steps": verify,
+            "accepted_tokens": None,
+            "draft_tokens": None,
+            "accept_length": length,
+        }
+
+    async def server_info(self, client: httpx.AsyncClient) -> dict[str, Any] | None:
+        """``/server_info`` (``/get_server_info`` on old builds): cumulative, for display only."""
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                resp = await get(client, path)
+            except RequestFailed:
+                return None
+            if resp.status_code == 200:
+                data = resp.json()
+                states = data.get("internal_states") or []
+                lengths = [finite_or_none(s.get("avg_spec_accept_length")) for s in states]
+                return {"version": data.get("version"), "avg_spec_accept_length": lengths}
+        return None

@@ -1,0 +1,169 @@
+"""Server process lifecycle: start an engine subprocess, wait until it is really ready, stop it.
+
+* The engine's output goes to a log file (a pipe nobody reads fills up and hangs the engine).
+* The engine runs in its own process group, so teardown kills everything it spawned; on Linux
+  it also dies with its parent (``PR_SET_PDEATHSIG``), so a killed pytest leaves no engine behind.
+* Readiness polls the engine's own readiness endpoint and fails fast, with the log tail, when
+  the process exits; it gives up after a bounded timeout.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}
+PR_SET_PDEATHSIG = 1
+
+
+class LaunchError(RuntimeError):
+    """The engine did not start or did not become ready; the message carries the log tail."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    """The last ``lines`` lines, plus earlier lines that look like the engine's own error."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"(log {path} unreadable: {exc})"
+    all_lines = text.splitlines()
+    tail = all_lines[-lines:]
+    errors = [
+        ln
+        for ln in all_lines[:-lines]
+        if any(w in ln.lower() for w in ("error", "invalid", "unknown"))
+    ][-5:]
+    head = [*errors, "..."] if errors else []
+    return "\n".join(head + tail)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class EngineProcess:
+    argv: list[str]
+    log_path: Path
+    process: subprocess.Popen[bytes]
+    started_ns: int
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def exited(self) -> int | None:
+        return self.process.poll()
+
+    def failure(self, what: str) -> LaunchError:
+        return LaunchError(
+            f"{what}\n--- engine log {self.log_path} (tail) ---\n{log_tail(self.log_path)}"
+        )
+
+
+def start_process(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> EngineProcess:
+    """Start ``argv`` (a list: never a shell string) with its output in ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, **env}
+    with log_path.open("ab") as log:
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot start {argv[0]}: {exc}") from exc
+    _LIVE[proc.pid] = proc
+    return EngineProcess(list(argv), log_path, proc, time.perf_counter_ns())
+
+
+def wait_ready(
+    proc: EngineProcess,
+    probe: Callable[[], bool],
+    timeout_s: float,
+    poll_s: float = 0.2,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Poll ``probe`` until True; return seconds waited. Fail fast if the process exits."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code = proc.exited()
+        if code is not None:
+            raise proc.failure(
+                f"engine exited with code {code} before it was ready: {' '.join(proc.argv[:1])}"
+            )
+        if probe():
+            return (time.perf_counter_ns() - proc.started_ns) / 1e9
+        if time.monotonic() >= deadline:
+            stop_process(proc)
+            raise proc.failure(f"engine not ready after {timeout_s:.0f} s (readiness timeout)")
+        sleep(poll_s)
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def stop_process(proc: EngineProcess, grace_s: float = 10.0) -> int | None:
+    """SIGTERM the engine's whole process group, then SIGKILL after ``grace_s``."""
+    pid = proc.pid
+    if proc.process.poll() is None:
+        _kill_group(pid, signal.SIGTERM)
+        try:
+            proc.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(pid, signal.SIGKILL)
+            proc.process.wait(5)
+    _kill_group(pid, signal.SIGKILL)  # stragglers the engine spawned in its group
+    _LIVE.pop(pid, None)
+    return proc.process.returncode
+
+
+def kill_all() -> None:
+    """Kill every engine still running (atexit, signals, internal errors)."""
+    for pid, proc in list(_LIVE.items()):
+        _kill_group(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            proc.wait(5)
+        _LIVE.pop(pid, None)
+
+
+def live_pids() -> list[int]:
+    return [pid for pid, proc in _LIVE.items() if proc.poll() is None]
+
+
+atexit.register(kill_all)

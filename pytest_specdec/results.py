@@ -1,0 +1,194 @@
+"""Run records and the results JSON file (every raw run, environment, engine, models).
+
+Timings are monotonic (``perf_counter_ns``) differences; ``started_at`` is wall-clock and for
+display only. A failed run carries ``error`` and no throughput: an error is never a number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+RESULTS_SCHEMA = 1
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class RunRecord:
+    """One request of one prompt under one config."""
+
+    config: str
+    prompt: str
+    run: int
+    phase: str = "measure"  # "warmup" | "measure"
+    error: str | None = None
+    output_tokens: int | None = None
+    prompt_tokens: int | None = None
+    wall_s: float | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    tok_per_s: float | None = None
+    accept_length: float | None = None
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    verify_steps: int | None = None
+    accept_source: str | None = None  # where accept_length came from
+    text: str | None = None
+    token_ids: list[int] | None = None
+    finish_reason: str | None = None
+    session: int = 0
+    started_at: str = field(default_factory=utc_now)
+    gpu: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ok"] = self.ok
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def finalize_timings(rec: RunRecord) -> RunRecord:
+    """Derive tok/s and TPOT from tokens, wall time and TTFT (None where undefined)."""
+    if rec.error is not None or rec.output_tokens is None or rec.wall_s is None:
+        return rec
+    if rec.output_tokens <= 0:
+        rec.error = "server reported 0 output tokens"
+        return rec
+    if rec.wall_s > 0:
+        rec.tok_per_s = rec.output_tokens / rec.wall_s
+    if rec.ttft_s is not None and rec.output_tokens > 1:
+        rec.tpot_s = (rec.wall_s - rec.ttft_s) / (rec.output_tokens - 1)
+    return rec
+
+
+@dataclass
+class ConfigRecord:
+    """One config's server session: what was booted and everything measured on it."""
+
+    name: str
+    engine: str
+    config: dict[str, Any]
+    command: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    engine_version: str | None = None
+    models: dict[str, Any] = field(default_factory=dict)
+    server_url: str | None = None
+    log_path: str | None = None
+    boot_s: float | None = None
+    warmup_s: float | None = None
+    error: str | None = None
+    runs: list[RunRecord] = field(default_factory=list)
+    gpu: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def measured(self, prompt: str | None = None) -> list[RunRecord]:
+        return [r for r in self.runs if r.phase == "measure" and prompt in (None, r.prompt)]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["runs"] = [r.to_dict() for r in self.runs]
+        return out
+
+
+def host_fingerprint() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+def _clean(value: Any) -> Any:
+    """Replace non-finite floats by None so the JSON is strict."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write JSON to a temp file in the same folder, fsync, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(_clean(data), fh, indent=2, sort_keys=True, allow_nan=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def results_document(
+    configs: Iterable[ConfigRecord],
+    *,
+    started_at: str,
+    options: Mapping[str, Any],
+    workload: Mapping[str, Any],
+    gpu: Any,
+    tool_version: str,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "schema": RESULTS_SCHEMA,
+        "tool": {"name": "pytest-specdec", "version": tool_version},
+        "started_at": started_at,
+        "finished_at": utc_now(),
+        "host": host_fingerprint(),
+        "gpu": gpu,
+        "options": dict(options),
+        "workload": dict(workload),
+        "configs": [c.to_dict() for c in configs],
+        **dict(extra or {}),
+    }
+
+
+class ResultsError(ValueError):
+    """A results file is missing, corrupt or of another schema; the message names the file."""
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsError(f"results file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"results file {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema") != RESULTS_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ResultsError(
+            f"results file {path} has schema {found!r}; this version reads schema {RESULTS_SCHEMA}"
+        )
+    if not isinstance(data.get("configs"), list):
+        raise ResultsError(f"results file {path}: 'configs' must be a list")
+    return data

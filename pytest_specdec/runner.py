@@ -1,0 +1,325 @@
+"""The runner: resolve configs, boot one server per config, warm up, measure, record.
+
+Both faces (the pytest plugin and the ``specdec`` CLI) drive this object; it knows nothing of
+pytest. Every run ends as a :class:`RunRecord`, with an ``error`` instead of numbers when the
+request failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pytest_specdec import __version__
+from pytest_specdec.client import ClientSettings, LoopThread, RequestFailed
+from pytest_specdec.configs import ConfigError, Registry, SpecConfig
+from pytest_specdec.engines import Engine, EngineNotInstalled, make_engine
+from pytest_specdec.engines.base import BootContext, RequestSpec, redact
+from pytest_specdec.launch import (
+    EngineProcess,
+    LaunchError,
+    free_port,
+    start_process,
+    stop_process,
+    wait_ready,
+)
+from pytest_specdec.results import (
+    ConfigRecord,
+    RunRecord,
+    atomic_write_json,
+    finalize_timings,
+    results_document,
+    utc_now,
+)
+from pytest_specdec.suitefile import SuiteSettings, model_identity
+from pytest_specdec.workloads import Prompt, Workload
+
+PORT_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    engine: str = "llamacpp"
+    config_names: tuple[str, ...] = ("baseline",)
+    runs: int = 5
+    max_tokens: int = 256
+    warmup: bool = True
+    results_path: Path | None = Path("results/latest.json")
+    log_dir: Path = Path("results/logs")
+    server_url: str | None = None
+    model: str | None = None
+    draft_model: str | None = None
+    host: str = "127.0.0.1"
+    startup_timeout_s: float | None = None
+    request_timeout_s: float = 300.0
+    api_key: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        out = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+        out["api_key"] = "***" if self.api_key else None
+        out["config_names"] = list(self.config_names)
+        return out
+
+
+@dataclass
+class Server:
+    """A server measured for one config: booted here, or external (``process`` is None)."""
+
+    config: SpecConfig
+    engine: Engine
+    base_url: str
+    client: httpx.AsyncClient
+    record: ConfigRecord
+    model_name: str | None = None
+    process: EngineProcess | None = None
+    warmed: bool = False
+    counters: list[int] = field(default_factory=lambda: [0])
+
+
+def resolve_configs(
+    names: Iterable[str], engine: str, registry: Registry, external: bool
+) -> list[SpecConfig]:
+    """Registry lookup; with an external server any name is accepted as a label."""
+    out: list[SpecConfig] = []
+    for name in names:
+        try:
+            out.append(registry.resolve(name, engine if engine != "openai" else "llamacpp"))
+        except ConfigError:
+            if not external:
+                raise
+            out.append(SpecConfig(name=name, engine=engine, source="label (external server)"))
+    return out
+
+
+class Runner:
+    def __init__(
+        self,
+        options: RunOptions,
+        registry: Registry,
+        suite: SuiteSettings,
+        workload: Workload,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.options = options
+        self.registry = registry
+        self.suite = suite
+        self.workload = workload
+        self.configs = resolve_configs(
+            options.config_names, options.engine, registry, options.server_url is not None
+        )
+        self.records: dict[str, ConfigRecord] = {}
+        self.started_at = utc_now()
+        self.loop = LoopThread()
+        self._transport = transport
+        self.gpu: Any = None
+
+    # --- boot -------------------------------------------------------------------------------
+
+    def _engine_for(self, cfg: SpecConfig) -> Engine:
+        name = self.options.engine if self.options.server_url else cfg.engine
+        return make_engine(name, self.suite.engine_settings(cfg.engine))
+
+    def _models_for(self, cfg: SpecConfig) -> tuple[str, str | None]:
+        models = self.suite.models_for(cfg.engine)
+        target = self.options.model or cfg.model or models.target
+        if not target:
+            raise ConfigError(
+                f"no target model for engine {cfg.engine}: set [models.{cfg.engine}] target in "
+                f"{self.suite.path or 'suites/specdec.toml'} or pass --specdec-model PATH"
+            )
+        draft = None
+        if cfg.draft:
+            draft = (
+                self.options.draft_model
+                or cfg.draft_model
+                or models.draft_for(cfg.draft, cfg.engine)
+            )
+        for role, path in (("target", target), ("draft", draft)):
+            if (
+                path
+                and (path.endswith(".gguf") or path.startswith(("/", ".")))
+                and not Path(path).is_file()
+            ):
+                raise ConfigError(
+                    f"{role} model file {path} does not exist; run ./scripts/setup or fix the path"
+                )
+        return target, draft
+
+    def _new_record(self, cfg: SpecConfig) -> ConfigRecord:
+        rec = ConfigRecord(name=cfg.name, engine=cfg.engine, config=cfg.to_dict())
+        self.records[cfg.name] = rec
+        return rec
+
+    def boot(self, cfg: SpecConfig) -> Server:
+        """Start (or attach to) the server for ``cfg`` and wait until it is ready."""
+        record = self._new_record(cfg)
+        engine = self._engine_for(cfg)
+        try:
+            if self.options.server_url:
+                return self._attach(cfg, engine, record)
+            return self._launch(cfg, engine, record)
+        except (LaunchError, ConfigError, EngineNotInstalled) as exc:
+            record.error = str(exc)
+            self.write_results()
+            raise
+
+    def _client(self, base_url: str) -> httpx.AsyncClient:
+        settings = ClientSettings(
+            read_timeout_s=self.options.request_timeout_s, api_key=self.options.api_key
+        )
+        return settings.build(base_url, self._transport)
+
+    def _attach(self, cfg: SpecConfig, engine: Engine, record: ConfigRecord) -> Server:
+        url = str(self.options.server_url).rstrip("/")
+        server = Server(cfg, engine, url, self._client(url), record)
+        record.server_url = url
+        timeout = self.options.startup_timeout_s or 30.0
+        deadline = time.monotonic() + timeout
+        while not self.loop.run(engine.is_ready(server.client)):
+            if time.monotonic() > deadline:
+                path = engine.readiness_path
+                raise LaunchError(f"external server {url} not ready after {timeout:.0f} s ({path})")
+            time.sleep(0.5)
+        record.models = {"target": {"id": self.options.model or "external"}}
+        return server
+
+    def _launch(self, cfg: SpecConfig, engine: Engine, record: ConfigRecord) -> Server:
+        engine.check_installed()
+        target, draft = self._models_for(cfg)
+        record.models = {"target": model_identity(target)}
+        if draft:
+            record.models["draft"] = model_identity(draft)
+        record.engine_version = engine.version()
+        timeout = self.options.startup_timeout_s or engine.settings.startup_timeout_s
+        for attempt in range(PORT_RETRIES):
+            port = free_port(self.options.host)
+            ctx = BootContext(cfg, target, draft, self.options.host, port, self.options.api_key)
+            spec = engine.build_command(ctx)
+            record.command, record.env = spec.redacted_argv(), spec.redacted_env()
+            log_path = self.options.log_dir / f"{cfg.engine}-{cfg.name}-{port}.log"
+            record.log_path = str(log_path)
+            proc = start_process(spec.argv, spec.env, log_path)
+            base_url = f"http://{self.options.host}:{port}"
+            server = Server(cfg, engine, base_url, self._client(base_url), record, target, proc)
+            try:
+                record.boot_s = wait_ready(proc, self._probe(server), timeout)
+            except LaunchError as exc:
+                self._close_client(server)
+                if attempt + 1 < PORT_RETRIES and _port_clash(str(exc)):
+                    continue
+                raise LaunchError(redact(str(exc), spec.secrets)) from None
+            record.server_url = base_url
+            return server
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _probe(self, server: Server) -> Callable[[], bool]:
+        return lambda: self.loop.run(server.engine.is_ready(server.client))
+
+    def _close_client(self, server: Server) -> None:
+        with contextlib.suppress(Exception):  # closing must never mask the real error
+            self.loop.run(server.client.aclose(), timeout=10)
+
+    def stop(self, server: Server) -> None:
+        self._close_client(server)
+        if server.process is not None:
+            code = stop_process(server.process)
+            server.record.extra["exit_code"] = code
+        self.write_results()
+
+    # --- measure ----------------------------------------------------------------------------
+
+    def request_spec(self, prompt: Prompt, model: str | None = None) -> RequestSpec:
+        messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
+        max_tokens = prompt.max_tokens or self.options.max_tokens
+        return RequestSpec(prompt.id, messages, prompt.text(), max_tokens, model=model)
+
+    async def _one(self, server: Server, req: RequestSpec, rec: RunRecord) -> RunRecord:
+        engine, client = server.engine, server.client
+        before = await engine.spec_counters(client)
+        try:
+            await asyncio.wait_for(engine.request(client, req, rec), self.options.request_timeout_s)
+        except RequestFailed as exc:
+            rec.error = str(exc)
+        except asyncio.TimeoutError:
+            rec.error = f"request timed out after {self.options.request_timeout_s:.0f} s"
+        if rec.error is None and before is not None:
+            after = await engine.spec_counters(client)
+            if after is not None:
+                stats = engine.accept_from_counters(before, after)
+                if rec.accept_length is None and stats.get("accept_length") is not None:
+                    rec.accept_length = stats["accept_length"]
+                    rec.accept_source = "metrics-delta"
+                if stats.get("verify_steps") is not None and rec.verify_steps is None:
+                    rec.verify_steps = int(stats["verify_steps"] or 0)
+        return finalize_timings(rec)
+
+    def run_once(self, server: Server, prompt: Prompt, run: int, phase: str) -> RunRecord:
+        rec = RunRecord(config=server.config.name, prompt=prompt.id, run=run, phase=phase)
+        req = self.request_spec(prompt, server.model_name)
+        try:
+            self.loop.run(self._one(server, req, rec))
+        except Exception as exc:
+            rec.error = rec.error or f"{type(exc).__name__}: {exc}"
+        server.record.runs.append(rec)
+        return rec
+
+    def warmup(self, server: Server) -> list[RunRecord]:
+        """One full-length request per prompt before anything is measured."""
+        start = time.perf_counter()
+        out = [self.run_once(server, p, 0, "warmup") for p in self.workload.prompts]
+        server.record.warmup_s = time.perf_counter() - start
+        server.warmed = True
+        return out
+
+    def measure(self, server: Server, prompt: Prompt) -> list[RunRecord]:
+        if self.options.warmup and not server.warmed:
+            self.warmup(server)
+        runs = [self.run_once(server, prompt, i, "measure") for i in range(self.options.runs)]
+        self.write_results()
+        return runs
+
+    # --- record -----------------------------------------------------------------------------
+
+    def document(self) -> dict[str, Any]:
+        return results_document(
+            self.records.values(),
+            started_at=self.started_at,
+            options=self.options.public(),
+            workload={
+                "name": self.workload.name,
+                "source": self.workload.source,
+                "sha256": self.workload.sha256,
+                "prompts": [p.id for p in self.workload.prompts],
+            },
+            gpu=self.gpu,
+            tool_version=__version__,
+        )
+
+    def write_results(self) -> None:
+        if self.options.results_path is not None:
+            atomic_write_json(self.options.results_path, self.document())
+
+    def close(self) -> None:
+        self.write_results()
+        self.loop.close()
+
+
+def _port_clash(message: str) -> bool:
+    text = message.lower()
+    return (
+        "address already in use" in text
+        or "couldn't bind" in text
+        or ("bind" in text and "port" in text)
+    )
+
+
+def run_errors(runs: Iterable[RunRecord]) -> list[str]:
+    """One line per failed run: what the test reports (an error is never averaged away)."""
+    return [f"{r.config}/{r.prompt} run {r.run}: {r.error}" for r in runs if r.error is not None]

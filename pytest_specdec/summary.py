@@ -1,0 +1,70 @@
+"""Per-(config, prompt) summaries of measured runs: what the table and the verdicts read."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from scipy import stats as sps
+
+from pytest_specdec.results import ConfigRecord, RunRecord
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    """Output tok/s of one prompt under one config (measured runs only)."""
+
+    n: int
+    failed: int
+    mean: float | None
+    ci_half: float | None  # 95% t half-width of the mean; None below 2 runs
+    geomean: float | None
+    accept_length: float | None
+    ttft_s: float | None  # median
+    tpot_s: float | None  # median
+    output_tokens: float | None  # mean
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize(runs: Sequence[RunRecord]) -> CellSummary:
+    ok = [r for r in runs if r.ok and r.tok_per_s]
+    tps = [float(r.tok_per_s) for r in ok if r.tok_per_s]
+    n = len(tps)
+    mean = statistics.fmean(tps) if tps else None
+    half = None
+    if n >= 2 and mean is not None:
+        half = float(sps.t.ppf(0.975, n - 1)) * statistics.stdev(tps) / math.sqrt(n)
+    geo = math.exp(statistics.fmean(math.log(v) for v in tps)) if tps else None
+    accepts = [float(r.accept_length) for r in ok if r.accept_length is not None]
+    return CellSummary(
+        n=n,
+        failed=len(runs) - len(ok),
+        mean=mean,
+        ci_half=half,
+        geomean=geo,
+        accept_length=statistics.fmean(accepts) if accepts else None,
+        ttft_s=_median([r.ttft_s for r in ok if r.ttft_s is not None]),
+        tpot_s=_median([r.tpot_s for r in ok if r.tpot_s is not None]),
+        output_tokens=statistics.fmean(r.output_tokens or 0 for r in ok) if ok else None,
+    )
+
+
+def config_cells(record: ConfigRecord, prompts: Sequence[str]) -> dict[str, CellSummary]:
+    return {p: summarize(record.measured(p)) for p in prompts}
+
+
+def suite_geomean(cells: dict[str, CellSummary]) -> float | None:
+    """Geometric mean over prompts of per-prompt geometric-mean tok/s (None if any missing)."""
+    values = [c.geomean for c in cells.values()]
+    if not values or any(v is None for v in values):
+        return None
+    return math.exp(statistics.fmean(math.log(v) for v in values if v is not None))
