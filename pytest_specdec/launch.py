@@ -162,6 +162,21 @@ def kill_all() -> None:
         _LIVE.pop(pid, None)
 
 
+def processes_matching(needle: str) -> list[int]:
+    """PIDs of running processes whose command line contains ``needle`` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmdline and "pytest" not in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
 def live_pids() -> list[int]:
     return [pid for pid, proc in _LIVE.items() if proc.poll() is None]
 

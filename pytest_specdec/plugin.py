@@ -223,10 +223,13 @@ def specdec_config(request: pytest.FixtureRequest) -> SpecConfig:
 @pytest.fixture(scope="session")
 def specdec_server(specdec: Runner, specdec_config: SpecConfig) -> Generator[Server, None, None]:
     """One server per config, booted once for all of that config's tests, stopped after them."""
+    failure = None
     try:
         server = specdec.boot(specdec_config)
     except (LaunchError, ConfigError, EngineNotInstalled) as exc:
-        pytest.fail(f"[{specdec_config.name}] {exc}", pytrace=False)
+        failure = f"[{specdec_config.name}] {exc}"
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
     try:
         yield server
     finally:

@@ -1,0 +1,65 @@
+"""The ``specdec`` command: configs outside pytest (list, show). Thin: logic lives in modules."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_specdec.configs import ConfigError, Registry, load_registry
+from pytest_specdec.options import engine_name
+
+DEFAULT_SUITE = Path("suites/specdec.toml")
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    files = [DEFAULT_SUITE] if DEFAULT_SUITE.exists() else []
+    return load_registry([*files, *args.config_file])
+
+
+def cmd_configs_list(args: argparse.Namespace) -> int:
+    for cfg in _registry(args).all(args.engine):
+        print(f"{cfg.qualified_name:28} {cfg.description}")
+    return 0
+
+
+def cmd_configs_show(args: argparse.Namespace) -> int:
+    cfg = _registry(args).resolve(args.name, args.engine or "llamacpp")
+    print(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description="pytest-specdec tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+    configs = sub.add_parser("configs", help="list or show spec configs").add_subparsers(
+        dest="action", required=True
+    )
+    for name, func, helptext in (
+        ("list", cmd_configs_list, "list known configs (presets + suites/specdec.toml + files)"),
+        ("show", cmd_configs_show, "show one config as JSON"),
+    ):
+        p = configs.add_parser(name, help=helptext)
+        p.add_argument("--engine", type=engine_name, default=None, help="only this engine")
+        p.add_argument(
+            "--config-file", action="append", type=Path, default=[], help="extra config TOML"
+        )
+        if name == "show":
+            p.add_argument("name", help="config name (engine:name or name within --engine)")
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"specdec: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Shared fixtures: the real llama.cpp engine tier and a pytester project with the suites."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.engines.llamacpp import cache_root, find_binary
+from pytest_specdec.suitefile import EngineSettings
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DRAFT = "SmolLM2-135M-Instruct.Q4_0.gguf"
+CACHE = cache_root()  # read before pytester points HOME at its temporary folder
+os.environ.setdefault("SPECDEC_CACHE", str(CACHE))  # engine look-ups in tests and subprocesses
+
+
+def _missing(what: str) -> None:
+    """Skip with the reason; under CI a missing engine is a failure, never a silent skip."""
+    message = f"{what}; run ./scripts/setup"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI: {message}", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    binary = find_binary(EngineSettings())
+    if binary is None:
+        _missing("llama-server not found")
+    assert binary is not None
+    return binary
+
+
+@pytest.fixture(scope="session")
+def models(llama_server: Path) -> dict[str, Path]:
+    folder = CACHE / "models"
+    found = {"target": folder / TARGET, "draft": folder / DRAFT}
+    for role, path in found.items():
+        if not path.is_file():
+            _missing(f"{role} model {path} not found")
+    return found
+
+
+@pytest.fixture
+def suite_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A pytester folder holding a copy of the repository's suites/ (the user's layout)."""
+    shutil.copytree(REPO / "suites", pytester.path / "suites")
+    # pytester gives subprocesses their own HOME: point them at the real engine cache.
+    suite_file = pytester.path / "suites" / "specdec.toml"
+    real_cache = str(CACHE)
+    suite_file.write_text(suite_file.read_text().replace("~/.cache/pytest-specdec", real_cache))
+    pytester.makeini("[pytest]\naddopts = --strict-markers\n")
+    return pytester

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.configs import (
+    ConfigError,
+    Registry,
+    load_registry,
+    parse_config,
+    preset_configs,
+    split_names,
+)
+from pytest_specdec.suitefile import load_suite_settings, resolve_model_path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_presets_cover_every_engine() -> None:
+    names = Registry(preset_configs()).names()
+    assert {
+        "llamacpp:baseline",
+        "llamacpp:draft-d16",
+        "llamacpp:draft-d4",
+        "llamacpp:ngram",
+    } <= set(names)
+    assert {
+        f"sglang:{n}"
+        for n in ("baseline", "dflash-b16", "ddtree-b15", "ddtree-b16", "eagle3", "ngram")
+    } <= set(names)
+    assert {f"vllm:{n}" for n in ("baseline", "dflash-b16", "eagle3", "ngram")} <= set(names)
+
+
+def test_ddtree_presets_name_their_interface() -> None:
+    reg = Registry(preset_configs())
+    for name, topk in (("ddtree-b15", "8"), ("ddtree-b16", "16")):
+        cfg = reg.resolve(name, "sglang")
+        assert cfg.interface == "sglang-pr-29907"
+        assert "#29907" in cfg.description
+        assert cfg.env["SGLANG_DDTREE_MAX_TOPK"] == topk
+
+
+def test_resolve_plain_and_qualified() -> None:
+    reg = Registry(preset_configs())
+    assert reg.resolve("draft-d16", "llamacpp").args[-1] == "16"
+    assert reg.resolve("sglang:eagle3", "llamacpp").engine == "sglang"
+
+
+def test_unknown_name_lists_valid_names() -> None:
+    with pytest.raises(ConfigError, match="valid names: baseline, draft-d16, draft-d4, ngram"):
+        Registry(preset_configs()).resolve("no-such-config", "llamacpp")
+
+
+def test_user_file_adds_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "extra.toml"
+    path.write_text(
+        '[configs.mine]\nengine = "llamacpp"\nargs = ["--spec-draft-n-max", 8]\nenv = { A = 1 }\n'
+        '[configs.baseline]\nengine = "llamacpp"\nargs = ["-t", "1"]\n'
+    )
+    reg = load_registry([path])
+    mine = reg.resolve("mine", "llamacpp")
+    assert mine.args == ("--spec-draft-n-max", "8") and dict(mine.env) == {"A": "1"}
+    assert reg.resolve("baseline", "llamacpp").args == ("-t", "1")
+    assert reg.resolve("baseline", "sglang").args == ()
+    assert mine.source == str(path)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"engine": "tgi"}, "engine = 'tgi' is not one of llamacpp, sglang, vllm"),
+        ({"engine": "llamacpp", "args": "--x"}, "'args' must be a list of strings"),
+        ({"engine": "llamacpp", "env": ["A"]}, "'env' must be a table"),
+        ({"engine": "llamacpp", "argz": []}, "unknown key(s) argz"),
+    ],
+)
+def test_bad_config_names_file_key_and_fix(table: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config("x", table, "my.toml")
+    assert "my.toml [configs.x]" in str(info.value)
+    assert message in str(info.value)
+
+
+def test_invalid_toml_names_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[configs.x\n")
+    with pytest.raises(ConfigError, match=r"bad\.toml is not valid TOML"):
+        load_registry([bad])
+
+
+def test_config_hash_tracks_behaviour_not_source() -> None:
+    a = parse_config("x", {"engine": "llamacpp", "args": ["-t", "2"]}, "a.toml")
+    b = parse_config("x", {"engine": "llamacpp", "args": ["-t", "2"]}, "b.toml")
+    c = parse_config("x", {"engine": "llamacpp", "args": ["-t", "1"]}, "a.toml")
+    assert a.sha256 == b.sha256 != c.sha256
+
+
+def test_split_names() -> None:
+    assert split_names(["a,b", " c ", "a", ""]) == ["a", "b", "c"]
+
+
+def test_repo_suite_file_loads() -> None:
+    suite = load_suite_settings(REPO / "suites" / "specdec.toml")
+    assert suite.engine == "llamacpp"
+    llama = suite.models_for("llamacpp")
+    assert llama.target and llama.target.endswith("Q4_1.gguf") and "~" not in llama.target
+    assert llama.draft_for("draft", "llamacpp").endswith("Q4_0.gguf")
+    with pytest.raises(ConfigError, match=r"drafts = \{ eagle3 = \"PATH\" \}"):
+        llama.draft_for("eagle3", "llamacpp")
+    assert suite.engine_settings("llamacpp").extra_args[:2] == ("-np", "1")
+    assert load_registry([REPO / "suites" / "specdec.toml"]).resolve("self-draft-d16", "llamacpp")
+
+
+def test_suite_file_errors(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text("[engines.llamacpp]\nstartup_timeout_s = -1\n")
+    with pytest.raises(ConfigError, match="startup_timeout_s must be a positive number, got -1"):
+        load_suite_settings(path)
+    path.write_text("[sweet]\n")
+    with pytest.raises(ConfigError, match="unknown table"):
+        load_suite_settings(path)
+
+
+def test_model_paths_resolve(tmp_path: Path) -> None:
+    assert resolve_model_path("m.gguf", tmp_path) == str(tmp_path / "m.gguf")
+    assert resolve_model_path("Qwen/Qwen3-8B", tmp_path) == "Qwen/Qwen3-8B"

