@@ -124,12 +124,19 @@ async def fetch_metrics(client: httpx.AsyncClient) -> dict[str, float] | None:
     return parse_prometheus(resp.text)
 
 
+def counter_total(metrics: Mapping[str, float], name: str) -> float | None:
+    """Sum of every series called ``name``, whatever its labels (one per rank/model)."""
+    values = [v for k, v in metrics.items() if k == name or k.startswith(name + "{")]
+    return sum(values) if values else None
+
+
 def counter_delta(
     before: Mapping[str, float], after: Mapping[str, float], name: str
 ) -> float | None:
-    if name not in before or name not in after:
+    start, end = counter_total(before, name), counter_total(after, name)
+    if start is None or end is None:
         return None
-    return after[name] - before[name]
+    return end - start
 
 
 def accept_from_deltas(

@@ -135,9 +135,10 @@ class LlamaCppEngine:
         if resp.status_code != 200:
             return False
         try:
-            return bool(resp.json().get("status") == "ok")
+            body = resp.json()
         except ValueError:
             return False
+        return isinstance(body, dict) and body.get("status") == "ok"
 
     async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
         final = await stream_chat(client, req, rec)

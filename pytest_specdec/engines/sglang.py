@@ -95,7 +95,10 @@ class SGLangEngine:
                 "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)",
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise EngineNotInstalled(f"cannot run {python} to look for SGLang: {exc}") from exc
+            raise EngineNotInstalled(
+                f"cannot run {python} to look for SGLang: {exc}; set [engines.sglang] python = "
+                "\"/path/to/venv/bin/python\" to an interpreter that has SGLang"
+            ) from exc
         if proc.returncode != 0:
             raise EngineNotInstalled(
                 f"SGLang is not installed for {python}: pip install 'sglang[all]' there, "
