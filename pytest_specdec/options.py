@@ -7,6 +7,8 @@ naming the value and the fix (pytest turns it into a usage error naming the flag
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 ENGINE_CHOICES = ("llamacpp", "sglang", "vllm", "openai")
@@ -57,3 +59,224 @@ def server_url(value: str) -> str:
             f"{value!r} is not an http(s) URL; give e.g. http://127.0.0.1:30000"
         )
     return value.rstrip("/")
+
+
+def probability(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number; give e.g. 0.05") from None
+    if not 0 < number < 0.5:
+        raise argparse.ArgumentTypeError(f"{value!r} must be between 0 and 0.5 (exclusive)")
+    return number
+
+
+FAIL_ON_CHOICES = ("regressed", "inconclusive", "improved", "unchanged")
+
+
+def fail_on(value: str) -> tuple[str, ...]:
+    parts = tuple(p.strip().lower() for p in value.split(",") if p.strip())
+    bad = [p for p in parts if p not in FAIL_ON_CHOICES]
+    if bad or not parts:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: unknown outcome(s) {', '.join(bad) or '(none)'}; "
+            f"choose from {', '.join(FAIL_ON_CHOICES)}, e.g. regressed,inconclusive"
+        )
+    return parts
+
+
+# Default verdict thresholds (see docs/statistics.md); kept here so --help can show them.
+DEFAULT_ALPHA = 0.01
+DEFAULT_MIN_DELTA = 0.03
+
+# (flag, argparse keyword arguments): the plugin's options, defined once.
+PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    (
+        "--spec-config",
+        dict(
+            action="append",
+            default=[],
+            metavar="NAME[,NAME]",
+            help="spec config(s) to measure: names within --specdec-engine or engine:name; "
+            "comma list or repeat (default: baseline)",
+        ),
+    ),
+    (
+        "--specdec-engine",
+        dict(
+            type=engine_name,
+            default=None,
+            help="engine the names resolve in (default: [suite] engine, else llamacpp); with "
+            "--specdec-server-url, the API family (openai = any OpenAI-compatible server)",
+        ),
+    ),
+    (
+        "--specdec-config-file",
+        dict(
+            action="append",
+            default=[],
+            type=Path,
+            metavar="PATH",
+            help="extra TOML file(s) of [configs.NAME] tables (after suites/specdec.toml)",
+        ),
+    ),
+    (
+        "--specdec-suite-file",
+        dict(
+            type=Path,
+            default=None,
+            metavar="PATH",
+            help="suite file with models and engine settings (default: suites/specdec.toml)",
+        ),
+    ),
+    (
+        "--specdec-model",
+        dict(default=None, metavar="PATH", help="target model (overrides the suite file)"),
+    ),
+    (
+        "--specdec-draft-model",
+        dict(
+            default=None,
+            metavar="PATH",
+            help="draft model for every config that needs one (overrides the suite file)",
+        ),
+    ),
+    (
+        "--specdec-workload",
+        dict(
+            default=None,
+            metavar="NAME|PATH",
+            help="prompt suite: a built-in name (seed, specbench, ...) or a JSONL file "
+            "(default: [suite] workload, else seed)",
+        ),
+    ),
+    (
+        "--specdec-runs",
+        dict(
+            type=positive_int, default=5, metavar="N", help="measured runs per prompt (default: 5)"
+        ),
+    ),
+    (
+        "--specdec-max-tokens",
+        dict(
+            type=positive_int,
+            default=256,
+            metavar="N",
+            help="output tokens per request (default: 256)",
+        ),
+    ),
+    (
+        "--specdec-no-warmup",
+        dict(action="store_true", help="skip the warmup pass over every prompt"),
+    ),
+    (
+        "--specdec-results",
+        dict(
+            type=Path,
+            default=Path("results/latest.json"),
+            metavar="PATH",
+            help="results JSON (default: results/latest.json)",
+        ),
+    ),
+    (
+        "--specdec-log-dir",
+        dict(
+            type=Path, default=None, metavar="DIR", help="engine logs (default: <results dir>/logs)"
+        ),
+    ),
+    (
+        "--specdec-server-url",
+        dict(
+            type=server_url,
+            default=None,
+            metavar="URL",
+            help="measure this running server instead of booting one; --spec-config is a label",
+        ),
+    ),
+    (
+        "--specdec-startup-timeout",
+        dict(
+            type=positive_float,
+            default=None,
+            metavar="S",
+            help="seconds to wait for an engine to become ready (default: engine setting, 600)",
+        ),
+    ),
+    (
+        "--specdec-request-timeout",
+        dict(
+            type=positive_float,
+            default=300.0,
+            metavar="S",
+            help="seconds one request may take before it is recorded as failed (default: 300)",
+        ),
+    ),
+    (
+        "--specdec-api-key",
+        dict(
+            default=None,
+            metavar="KEY",
+            help="API key for the server (default: $SPECDEC_API_KEY); never written anywhere",
+        ),
+    ),
+    (
+        "--specdec-baseline-dir",
+        dict(
+            type=Path,
+            default=None,
+            metavar="DIR",
+            help="baseline store (default: baselines/ in the rootdir)",
+        ),
+    ),
+    (
+        "--specdec-update-baselines",
+        dict(
+            action="store_true",
+            help="append this session to each config's baseline history (changes are printed)",
+        ),
+    ),
+    (
+        "--specdec-allow-mismatch",
+        dict(
+            action="store_true",
+            help="compare/append even when the baseline key differs (marked in the report)",
+        ),
+    ),
+    (
+        "--specdec-fail-on",
+        dict(
+            type=fail_on,
+            default=("regressed",),
+            metavar="OUTCOMES",
+            help="verdicts that fail the run: comma list of regressed, inconclusive, improved, "
+            "unchanged (default: regressed)",
+        ),
+    ),
+    (
+        "--specdec-reference",
+        dict(
+            default=None,
+            metavar="CONFIG",
+            help="A/B in one run: compare every other selected config against this one",
+        ),
+    ),
+    (
+        "--specdec-alpha",
+        dict(
+            type=probability,
+            default=DEFAULT_ALPHA,
+            metavar="A",
+            help=f"one-sided significance level before Holm (default: {DEFAULT_ALPHA})",
+        ),
+    ),
+    (
+        "--specdec-min-delta",
+        dict(
+            type=probability,
+            default=DEFAULT_MIN_DELTA,
+            metavar="D",
+            help="smallest change that counts (fraction); the threshold used is "
+            f"max(D, 2 x between-session CV) (default: {DEFAULT_MIN_DELTA})",
+        ),
+    ),
+]

@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from pytest_specdec import options as opt
+from pytest_specdec.baselines import BaselineError
 from pytest_specdec.configs import ConfigError, SpecConfig, load_registry, split_names
 from pytest_specdec.engines import EngineNotInstalled
+from pytest_specdec.judge import MISMATCH, NO_BASELINE, UNJUDGEABLE, Judgement, failures
 from pytest_specdec.launch import LaunchError, kill_all
-from pytest_specdec.report import terminal_summary
+from pytest_specdec.report import terminal_summary, verdict_lines
 from pytest_specdec.runner import Runner, RunOptions, Server, resolve_configs
 from pytest_specdec.suitefile import load_suite_settings
 from pytest_specdec.workloads import Prompt, WorkloadError, load_workload
@@ -24,111 +26,8 @@ STASH_KEY = pytest.StashKey["SpecdecState"]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specdec", "speculative-decoding benchmarks (pytest-specdec)")
-    add = group.addoption
-    add(
-        "--spec-config",
-        action="append",
-        default=[],
-        metavar="NAME[,NAME]",
-        help="spec config(s) to measure: names within --specdec-engine or engine:name; "
-        "comma list or repeat (default: baseline)",
-    )
-    add(
-        "--specdec-engine",
-        type=opt.engine_name,
-        default=None,
-        help="engine whose configs the names resolve in (default: [suite] engine, else llamacpp); "
-        "with --specdec-server-url, the API family (openai = any OpenAI-compatible server)",
-    )
-    add(
-        "--specdec-config-file",
-        action="append",
-        default=[],
-        type=Path,
-        metavar="PATH",
-        help="extra TOML file(s) of [configs.NAME] tables (after suites/specdec.toml)",
-    )
-    add(
-        "--specdec-suite-file",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="suite file with models and engine settings (default: suites/specdec.toml)",
-    )
-    add(
-        "--specdec-model",
-        default=None,
-        metavar="PATH",
-        help="target model (overrides the suite file)",
-    )
-    add(
-        "--specdec-draft-model",
-        default=None,
-        metavar="PATH",
-        help="draft model for every config that needs one (overrides the suite file)",
-    )
-    add(
-        "--specdec-workload",
-        default=None,
-        metavar="NAME|PATH",
-        help="prompt suite: a built-in name (seed, specbench, ...) or a JSONL file (default: seed)",
-    )
-    add(
-        "--specdec-runs",
-        type=opt.positive_int,
-        default=5,
-        metavar="N",
-        help="measured runs per prompt (default: 5)",
-    )
-    add(
-        "--specdec-max-tokens",
-        type=opt.positive_int,
-        default=256,
-        metavar="N",
-        help="output tokens per request (default: 256)",
-    )
-    add("--specdec-no-warmup", action="store_true", help="skip the warmup pass over every prompt")
-    add(
-        "--specdec-results",
-        type=Path,
-        default=Path("results/latest.json"),
-        metavar="PATH",
-        help="results JSON (default: results/latest.json)",
-    )
-    add(
-        "--specdec-log-dir",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="engine logs (default: <results dir>/logs)",
-    )
-    add(
-        "--specdec-server-url",
-        type=opt.server_url,
-        default=None,
-        metavar="URL",
-        help="measure this running server instead of booting one; --spec-config is then a label",
-    )
-    add(
-        "--specdec-startup-timeout",
-        type=opt.positive_float,
-        default=None,
-        metavar="S",
-        help="seconds to wait for an engine to become ready (default: engine setting, 600)",
-    )
-    add(
-        "--specdec-request-timeout",
-        type=opt.positive_float,
-        default=300.0,
-        metavar="S",
-        help="seconds one request may take before it is recorded as failed (default: 300)",
-    )
-    add(
-        "--specdec-api-key",
-        default=None,
-        metavar="KEY",
-        help="API key for the server (default: $SPECDEC_API_KEY); never written to results or logs",
-    )
+    for flag, kwargs in opt.PYTEST_OPTIONS:
+        group.addoption(flag, **kwargs)
 
 
 class SpecdecState:
@@ -146,6 +45,9 @@ class SpecdecState:
                 files, default_engine=engine if engine != "openai" else None
             )
             names = split_names(getopt("--spec-config")) or ["baseline"]
+            reference = getopt("--specdec-reference")
+            if reference:  # measured first, so that the others can be compared with it
+                names = [reference, *(n for n in names if n != reference)]
             url = getopt("--specdec-server-url")
             self.configs: list[SpecConfig] = resolve_configs(
                 names, engine, self.registry, url is not None
@@ -168,7 +70,15 @@ class SpecdecState:
             startup_timeout_s=getopt("--specdec-startup-timeout"),
             request_timeout_s=getopt("--specdec-request-timeout"),
             api_key=getopt("--specdec-api-key") or os.environ.get("SPECDEC_API_KEY"),
+            baseline_dir=getopt("--specdec-baseline-dir") or root / "baselines",
+            reference=self.configs[0].name if reference else None,
+            allow_mismatch=getopt("--specdec-allow-mismatch"),
+            update_baselines=getopt("--specdec-update-baselines"),
+            fail_on=tuple(getopt("--specdec-fail-on")),
+            alpha=getopt("--specdec-alpha"),
+            min_delta=getopt("--specdec-min-delta"),
         )
+        self.summary_lines: list[str] = []
         self._runner: Runner | None = None
 
     @property
@@ -242,6 +152,49 @@ def specdec_prompt(request: pytest.FixtureRequest) -> Prompt:
     return request.param  # type: ignore[no-any-return]
 
 
+def check_judgement(runner: Runner, name: str) -> Judgement:
+    """The per-config gate as a test outcome: skip without a baseline, fail on a failing verdict."""
+    error = None
+    try:
+        judgement = runner.judge_for_gate(name)
+    except BaselineError as exc:
+        error = str(exc)
+    if error is not None:
+        pytest.fail(error, pytrace=False)
+    if judgement.status == NO_BASELINE:
+        if runner.options.update_baselines:
+            pytest.skip(f"{judgement.message.split(';')[0]}; this run creates it")
+        pytest.skip(judgement.message)
+    if judgement.status in (MISMATCH, UNJUDGEABLE):
+        pytest.fail(judgement.message, pytrace=False)
+    found = failures([judgement], runner.options.fail_on)
+    if found:
+        pytest.fail("\n".join(found + judgement.notes), pytrace=False)
+    return judgement
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(STASH_KEY, None)
+    if state is None or not state.used:
+        return
+    runner = state.runner
+    try:  # judged against the history as it was, before this session is added to it
+        judgements = runner.judge_all()
+    except BaselineError as exc:
+        state.summary_lines.append(f"verdicts: ERROR {exc}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return
+    runner.verdicts = judgements
+    runner.write_results()
+    state.summary_lines += verdict_lines(judgements)
+    if runner.options.update_baselines:
+        state.summary_lines += ["baseline update:", *runner.update_baselines()]
+    found = failures(judgements, runner.options.fail_on)
+    if found and session.exitstatus == pytest.ExitCode.OK:
+        state.summary_lines += ["FAILED after Holm across configs:", *found]
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(STASH_KEY, None)
     if state is None or not state.used:
@@ -252,7 +205,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     lines = terminal_summary(runner.records, prompts, path)
     if lines:
         terminalreporter.write_sep("=", "speculative decoding: output tok/s")
-        for line in lines:
+        for line in lines + state.summary_lines:
             terminalreporter.write_line(line)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pytest_specdec.judge import Judgement
 from pytest_specdec.results import ConfigRecord
 from pytest_specdec.summary import CellSummary, config_cells, suite_geomean
 
@@ -70,4 +71,38 @@ def terminal_summary(
             out.append(f"{rec.name}: ERROR {rec.error.splitlines()[0]}")
     if results_path:
         out.append(f"results: {results_path}")
+    return out
+
+
+def _verdict_row(j: Judgement) -> list[str]:
+    v = j.suite
+    if v is None:
+        return [j.config, j.outcome, "-", "-", "-", "-", j.message.split(";")[0][:60]]
+    p_adj = f"{v.p_adjusted:.3g}" if v.p_adjusted is not None else "-"
+    accepts = [c for a in j.accept.values() if (c := a.get("change")) is not None]
+    accept = f"{sum(accepts) / len(accepts):+.1%}" if accepts else "-"
+    return [
+        j.config,
+        v.outcome.value + (" (provisional)" if v.provisional else ""),
+        f"{v.ratio:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}]",
+        f"{min(v.p_regress, v.p_improve):.3g} / {p_adj}",
+        f"{v.mde:.1%} (δ {v.delta:.1%})",
+        accept,
+        j.against,
+    ]
+
+
+def verdict_lines(judgements: Sequence[Judgement]) -> list[str]:
+    """The verdict table (suite score per config) and one explanation line per config."""
+    if not judgements:
+        return []
+    header = ["config", "verdict", "ratio [90% CI]", "p raw / Holm", "MDE", "accept Δ", "against"]
+    out = ["verdicts (suite score = geometric mean over prompts):"]
+    out.append(render_table([header, *(_verdict_row(j) for j in judgements)]))
+    for j in judgements:
+        out.append(f"{j.config}: {j.message}")
+        out.extend(f"{j.config}: note: {n}" for n in j.notes)
+        for prompt, v in j.prompts.items():
+            if v.outcome.value != "UNCHANGED":
+                out.append(f"{j.config}/{prompt}: {v.explanation}")
     return out

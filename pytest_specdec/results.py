@@ -110,9 +110,28 @@ class ConfigRecord:
         out["runs"] = [r.to_dict() for r in self.runs]
         return out
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ConfigRecord:
+        known = set(cls.__dataclass_fields__)
+        fields = {k: v for k, v in data.items() if k in known and k != "runs"}
+        return cls(**fields, runs=[RunRecord.from_dict(r) for r in data.get("runs", [])])
+
+
+def cpu_model() -> str | None:
+    """The CPU model name from /proc/cpuinfo (Linux), else None."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.lower().startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return None
+
 
 def host_fingerprint() -> dict[str, Any]:
     return {
+        "cpu_model": cpu_model(),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "machine": platform.machine(),

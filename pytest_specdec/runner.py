@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from pytest_specdec.client import ClientSettings, LoopThread, RequestFailed
 from pytest_specdec.configs import ConfigError, Registry, SpecConfig
 from pytest_specdec.engines import Engine, EngineNotInstalled, make_engine
 from pytest_specdec.engines.base import BootContext, RequestSpec, redact
+from pytest_specdec.judge import Judgement, adjust, judge_baseline, judge_reference, update_baseline
 from pytest_specdec.launch import (
     EngineProcess,
     LaunchError,
@@ -38,6 +39,7 @@ from pytest_specdec.results import (
     results_document,
     utc_now,
 )
+from pytest_specdec.stats import DEFAULT_POLICY, VerdictPolicy
 from pytest_specdec.suitefile import SuiteSettings, model_identity
 from pytest_specdec.workloads import Prompt, Workload
 
@@ -60,11 +62,23 @@ class RunOptions:
     startup_timeout_s: float | None = None
     request_timeout_s: float = 300.0
     api_key: str | None = None
+    baseline_dir: Path = Path("baselines")
+    reference: str | None = None
+    allow_mismatch: bool = False
+    update_baselines: bool = False
+    fail_on: tuple[str, ...] = ("regressed",)
+    alpha: float = DEFAULT_POLICY.alpha
+    min_delta: float = DEFAULT_POLICY.min_delta
+
+    @property
+    def policy(self) -> VerdictPolicy:
+        return VerdictPolicy(alpha=self.alpha, min_delta=self.min_delta)
 
     def public(self) -> dict[str, Any]:
         out = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
         out["api_key"] = "***" if self.api_key else None
         out["config_names"] = list(self.config_names)
+        out["fail_on"] = list(self.fail_on)
         return out
 
 
@@ -119,6 +133,7 @@ class Runner:
         self.loop = LoopThread()
         self._transport = transport
         self.gpu: Any = None
+        self.verdicts: list[Judgement] = []
 
     # --- boot -------------------------------------------------------------------------------
 
@@ -285,6 +300,51 @@ class Runner:
         self.write_results()
         return runs
 
+    # --- judge ------------------------------------------------------------------------------
+
+    def judged_configs(self) -> list[str]:
+        return [c.name for c in self.configs if c.name != self.options.reference]
+
+    def judge(self, name: str, policy: VerdictPolicy | None = None) -> Judgement:
+        """Verdict for one config: against --specdec-reference, else its stored baseline."""
+        doc = self.document()
+        by_name = {c["name"]: c for c in doc["configs"]}
+        policy = policy or self.options.policy
+        ref = self.options.reference
+        if ref and name != ref:
+            if ref not in by_name:
+                raise ValueError(f"reference config {ref} has not been measured")
+            return judge_reference(doc, by_name[name], by_name[ref], policy)
+        return judge_baseline(
+            doc, by_name[name], self.options.baseline_dir, policy, self.options.allow_mismatch
+        )
+
+    def judge_for_gate(self, name: str) -> Judgement:
+        """Per-config gate during the run: Bonferroni over the judged configs (Holm's first
+        step); the session-end summary applies full Holm across them."""
+        m = max(1, len(self.judged_configs()))
+        base = self.options.policy
+        return self.judge(name, replace(base, alpha=base.alpha / m))
+
+    def judge_all(self) -> list[Judgement]:
+        names = [n for n in self.judged_configs() if n in self.records]
+        return adjust([self.judge(n) for n in names], self.options.policy)
+
+    def update_baselines(self) -> list[str]:
+        """Append every measured config's session to its baseline; one line per config."""
+        doc = self.document()
+        lines = []
+        for cfg in doc["configs"]:
+            try:
+                lines.append(
+                    update_baseline(
+                        doc, cfg, self.options.baseline_dir, self.options.allow_mismatch
+                    )
+                )
+            except (ValueError, OSError) as exc:
+                lines.append(f"{cfg['name']}: NOT UPDATED: {exc}")
+        return lines
+
     # --- record -----------------------------------------------------------------------------
 
     def document(self) -> dict[str, Any]:
@@ -300,6 +360,7 @@ class Runner:
             },
             gpu=self.gpu,
             tool_version=__version__,
+            extra={"verdicts": [j.to_dict() for j in self.verdicts]},
         )
 
     def write_results(self) -> None:

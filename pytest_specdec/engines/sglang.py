@@ -97,7 +97,7 @@ class SGLangEngine:
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise EngineNotInstalled(
                 f"cannot run {python} to look for SGLang: {exc}; set [engines.sglang] python = "
-                "\"/path/to/venv/bin/python\" to an interpreter that has SGLang"
+                '"/path/to/venv/bin/python" to an interpreter that has SGLang'
             ) from exc
         if proc.returncode != 0:
             raise EngineNotInstalled(

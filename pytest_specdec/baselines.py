@@ -1,0 +1,268 @@
+"""The baseline store: one reviewed JSON file per (hardware, engine, model, config).
+
+A file holds the baseline key and a history of server-session summaries (per prompt: runs,
+mean and sd of ln tok/s, accept length; plus the suite score). Writes are atomic (temp file +
+rename) and serialised by an exclusive lock, so concurrent pytest-xdist workers never lose an
+update. A file that cannot be read is never overwritten.
+
+The key's *identity* fields must match for a comparison (a mismatch is refused, naming the
+fields, unless forced). The engine version is *tracked*, not part of identity: the nightly
+question is precisely whether a new engine build got slower.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec import __version__
+from pytest_specdec.results import atomic_write_json, utc_now
+from pytest_specdec.stats import SessionSummary
+
+BASELINE_SCHEMA = 1
+IDENTITY_FIELDS = (
+    "hardware",
+    "engine",
+    "model",
+    "draft_model",
+    "config",
+    "config_sha256",
+    "workload_sha256",
+    "max_tokens",
+)
+
+
+class BaselineError(ValueError):
+    """A baseline file is unreadable, corrupt, of another schema, or of another key."""
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "unknown"
+
+
+def hardware_identity(
+    host: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]] | None
+) -> dict[str, Any]:
+    """What makes two machines comparable: GPU model/driver/power/clock lock, or the CPU."""
+    if gpus:
+        first = gpus[0]
+        return {
+            "kind": "gpu",
+            "name": first.get("name"),
+            "count": len(gpus),
+            "driver": first.get("driver_version"),
+            "power_limit_w": first.get("enforced_power_limit_w") or first.get("power_limit_w"),
+            "clock_lock_mhz": first.get("locked_sm_clock_mhz"),
+        }
+    return {
+        "kind": "cpu",
+        "name": host.get("cpu_model") or host.get("processor") or host.get("machine"),
+        "count": host.get("cpu_count"),
+    }
+
+
+def hardware_slug(hw: Mapping[str, Any]) -> str:
+    return _slug(f"{hw.get('kind')}-{hw.get('name')}-x{hw.get('count')}")
+
+
+def _model_ref(model: Mapping[str, Any] | None) -> str | None:
+    if not model:
+        return None
+    return str(model.get("sha256") or model.get("id"))
+
+
+def key_for(results: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The baseline key of one config record of a results document."""
+    gpu = results.get("gpu") or {}
+    devices = gpu.get("devices") if isinstance(gpu, dict) else None
+    models = config.get("models") or {}
+    return {
+        "hardware": hardware_identity(results.get("host") or {}, devices),
+        "engine": config.get("engine"),
+        "model": _model_ref(models.get("target")),
+        "model_name": (models.get("target") or {}).get("id"),
+        "draft_model": _model_ref(models.get("draft")),
+        "config": config.get("name"),
+        "config_sha256": (config.get("config") or {}).get("sha256"),
+        "workload_sha256": (results.get("workload") or {}).get("sha256"),
+        "max_tokens": (results.get("options") or {}).get("max_tokens"),
+        "engine_version": config.get("engine_version"),
+    }
+
+
+def key_mismatch(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Identity fields that differ, as 'field: stored → current' lines."""
+    return [
+        f"{f}: {stored.get(f)!r} → {current.get(f)!r}"
+        for f in IDENTITY_FIELDS
+        if stored.get(f) != current.get(f)
+    ]
+
+
+def baseline_path(root: Path, key: Mapping[str, Any]) -> Path:
+    model = _slug(str(key.get("model_name") or key.get("model")))
+    name = f"{_slug(str(key['config']))}--{model}.json"
+    return root / hardware_slug(key["hardware"]) / _slug(str(key["engine"])) / name
+
+
+@dataclass(frozen=True)
+class Baseline:
+    path: Path
+    key: dict[str, Any]
+    sessions: list[dict[str, Any]]
+
+    def prompt_history(self, prompt: str) -> list[SessionSummary]:
+        out = []
+        for session in self.sessions:
+            cell = (session.get("prompts") or {}).get(prompt)
+            if cell:
+                out.append(
+                    SessionSummary(int(cell["n"]), float(cell["mean_log"]), float(cell["sd_log"]))
+                )
+        return out
+
+    def suite_history(self) -> list[SessionSummary]:
+        return [
+            SessionSummary(
+                int(s["suite"]["n"]), float(s["suite"]["mean_log"]), float(s["suite"]["sd_log"])
+            )
+            for s in self.sessions
+            if s.get("suite")
+        ]
+
+    def raw_runs(self, prompt: str | None = None) -> list[float]:
+        """All stored tok/s of a prompt (or per-run suite values), oldest first."""
+        out: list[float] = []
+        for session in self.sessions:
+            cell = (session.get("prompts") or {}).get(prompt) if prompt else session.get("suite")
+            out.extend(float(v) for v in (cell or {}).get("runs", []))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": BASELINE_SCHEMA,
+            "tool_version": __version__,
+            "key": self.key,
+            "sessions": self.sessions,
+        }
+
+
+def _check_document(data: Any, path: Path) -> Baseline:
+    if not isinstance(data, dict):
+        raise BaselineError(f"baseline {path}: expected a JSON object, got {type(data).__name__}")
+    schema = data.get("schema")
+    if schema != BASELINE_SCHEMA:
+        raise BaselineError(
+            f"baseline {path}: schema {schema!r} is not {BASELINE_SCHEMA}; "
+            "regenerate it with --specdec-update-baselines or upgrade pytest-specdec"
+        )
+    key, sessions = data.get("key"), data.get("sessions")
+    if not isinstance(key, dict) or not isinstance(sessions, list):
+        raise BaselineError(f"baseline {path}: 'key' must be an object and 'sessions' a list")
+    for i, session in enumerate(sessions):
+        prompts = session.get("prompts") if isinstance(session, dict) else None
+        if not isinstance(prompts, dict):
+            raise BaselineError(f"baseline {path}: sessions[{i}].prompts must be an object")
+        for name, cell in prompts.items():
+            missing = [
+                f
+                for f in ("n", "mean_log", "sd_log", "runs")
+                if not isinstance(cell, dict) or f not in cell
+            ]
+            if missing:
+                raise BaselineError(
+                    f"baseline {path}: sessions[{i}].prompts.{name} lacks {', '.join(missing)}"
+                )
+    return Baseline(path, key, sessions)
+
+
+def load_baseline(path: Path) -> Baseline | None:
+    """The baseline at ``path``; None if there is none; BaselineError if it is unusable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BaselineError(f"baseline {path} cannot be read: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(
+            f"baseline {path} is not valid JSON ({exc}); it was left untouched: restore it from "
+            "version control or delete it to start a new history"
+        ) from exc
+    return _check_document(data, path)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path``'s sibling lock file (blocks other writers)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = path.with_name(f".{path.name}.lock")
+    with lock_path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def session_entry(
+    results: Mapping[str, Any],
+    config: Mapping[str, Any],
+    suite: SessionSummary | None,
+    suite_runs: Sequence[float],
+    prompt_cells: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "added_at": utc_now(),
+        "started_at": results.get("started_at"),
+        "engine_version": config.get("engine_version"),
+        "commit": (results.get("options") or {}).get("commit"),
+        "host": (results.get("host") or {}).get("hostname"),
+        "prompts": dict(prompt_cells),
+        "suite": None
+        if suite is None
+        else {
+            "n": suite.n,
+            "mean_log": suite.mean_log,
+            "sd_log": suite.sd_log,
+            "runs": list(suite_runs),
+        },
+        "id": hashlib.sha256(
+            f"{results.get('started_at')}|{config.get('name')}".encode()
+        ).hexdigest()[:12],
+    }
+
+
+def append_session(
+    path: Path, key: Mapping[str, Any], entry: Mapping[str, Any], *, allow_mismatch: bool = False
+) -> Baseline:
+    """Append one session under the lock; refuse on a key mismatch unless forced."""
+    with locked(path):
+        current = load_baseline(path)
+        if current is not None:
+            diff = key_mismatch(current.key, key)
+            if diff and not allow_mismatch:
+                raise BaselineError(
+                    f"baseline {path} has another key: {'; '.join(diff)}; "
+                    "pass --specdec-allow-mismatch to append anyway"
+                )
+            if any(s.get("id") == entry.get("id") for s in current.sessions):
+                return current  # the same session twice (e.g. a rerun of update): keep one
+        sessions = [*(current.sessions if current else []), dict(entry)]
+        updated = Baseline(path, dict(key), sessions)
+        try:
+            atomic_write_json(path, updated.to_dict())
+        except OSError as exc:
+            raise BaselineError(
+                f"baseline {path} was not updated ({exc}); the previous version is intact"
+            ) from exc
+        return updated
