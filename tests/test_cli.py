@@ -26,6 +26,8 @@ def test_unknown_config_is_exit_2_with_valid_names(capsys: pytest.CaptureFixture
 def test_console_script_is_installed() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest_specdec.cli", "configs", "list"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0 and "llamacpp:draft-d16" in proc.stdout

@@ -47,7 +47,8 @@ def test_ids_read_config_then_prompt(suite_project: pytest.Pytester) -> None:
             "*test_throughput[[]baseline-haiku[]]",
             "*test_throughput[[]draft-d16-json_parse[]]",
             "*test_throughput[[]ngram-quicksort[]]",
-            "*test_verdict[[]ngram[]]", "18 tests collected*",
+            "*test_verdict[[]ngram[]]",
+            "18 tests collected*",
         ]
     )
 
