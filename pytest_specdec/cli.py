@@ -9,7 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_specdec.configs import ConfigError, Registry, load_registry
+from pytest_specdec.engines import EngineNotInstalled, make_engine
+from pytest_specdec.engines.base import BootContext
+from pytest_specdec.lint import LintUnavailable
 from pytest_specdec.options import engine_name
+from pytest_specdec.suitefile import load_suite_settings
 
 DEFAULT_SUITE = Path("suites/specdec.toml")
 
@@ -31,6 +35,27 @@ def cmd_configs_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_configs_lint(args: argparse.Namespace) -> int:
+    """Check a config's flags against the installed engine; exit 1 on any finding."""
+    cfg = _registry(args).resolve(args.name, args.engine or "llamacpp")
+    suite = load_suite_settings(DEFAULT_SUITE if DEFAULT_SUITE.exists() else None)
+    engine = make_engine(cfg.engine, suite.engine_settings(cfg.engine))
+    draft = "DRAFT_MODEL" if cfg.draft else None
+    spec = engine.build_command(BootContext(cfg, "TARGET_MODEL", draft, "127.0.0.1", 30000))
+    try:
+        findings = engine.lint(spec)
+    except (LintUnavailable, EngineNotInstalled) as exc:
+        print(f"specdec: cannot lint {cfg.qualified_name}: {exc}", file=sys.stderr)
+        return 3
+    for finding in findings:
+        print(f"{cfg.qualified_name}: {finding}")
+    if findings and cfg.interface != "upstream":
+        print(f"{cfg.qualified_name}: note: this config assumes interface {cfg.interface}")
+    if not findings:
+        print(f"{cfg.qualified_name}: ok ({engine.name} accepts every flag)")
+    return 1 if findings else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description="pytest-specdec tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -40,13 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, helptext in (
         ("list", cmd_configs_list, "list known configs (presets + suites/specdec.toml + files)"),
         ("show", cmd_configs_show, "show one config as JSON"),
+        ("lint", cmd_configs_lint, "check a config's flags against the installed engine"),
     ):
         p = configs.add_parser(name, help=helptext)
         p.add_argument("--engine", type=engine_name, default=None, help="only this engine")
         p.add_argument(
             "--config-file", action="append", type=Path, default=[], help="extra config TOML"
         )
-        if name == "show":
+        if name in ("show", "lint"):
             p.add_argument("name", help="config name (engine:name or name within --engine)")
         p.set_defaults(func=func)
     return parser

@@ -194,6 +194,13 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
         ),
     ),
     (
+        "--specdec-no-lint",
+        dict(
+            action="store_true",
+            help="do not check config flags against the installed engine before booting",
+        ),
+    ),
+    (
         "--specdec-startup-timeout",
         dict(
             type=positive_float,

@@ -77,6 +77,7 @@ class SpecdecState:
             fail_on=tuple(getopt("--specdec-fail-on")),
             alpha=getopt("--specdec-alpha"),
             min_delta=getopt("--specdec-min-delta"),
+            lint=not getopt("--specdec-no-lint"),
         )
         self.summary_lines: list[str] = []
         self._runner: Runner | None = None

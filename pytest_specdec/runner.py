@@ -21,7 +21,7 @@ from pytest_specdec import __version__
 from pytest_specdec.client import ClientSettings, LoopThread, RequestFailed
 from pytest_specdec.configs import ConfigError, Registry, SpecConfig
 from pytest_specdec.engines import Engine, EngineNotInstalled, make_engine
-from pytest_specdec.engines.base import BootContext, RequestSpec, redact
+from pytest_specdec.engines.base import BootContext, LaunchSpec, RequestSpec, redact
 from pytest_specdec.judge import Judgement, adjust, judge_baseline, judge_reference, update_baseline
 from pytest_specdec.launch import (
     EngineProcess,
@@ -31,6 +31,7 @@ from pytest_specdec.launch import (
     stop_process,
     wait_ready,
 )
+from pytest_specdec.lint import LintUnavailable
 from pytest_specdec.results import (
     ConfigRecord,
     RunRecord,
@@ -69,6 +70,7 @@ class RunOptions:
     fail_on: tuple[str, ...] = ("regressed",)
     alpha: float = DEFAULT_POLICY.alpha
     min_delta: float = DEFAULT_POLICY.min_delta
+    lint: bool = True
 
     @property
     def policy(self) -> VerdictPolicy:
@@ -218,6 +220,8 @@ class Runner:
             ctx = BootContext(cfg, target, draft, self.options.host, port, self.options.api_key)
             spec = engine.build_command(ctx)
             record.command, record.env = spec.redacted_argv(), spec.redacted_env()
+            if attempt == 0 and self.options.lint and engine.name != "llamacpp":
+                self._lint_or_raise(cfg, engine, spec, record)
             log_path = self.options.log_dir / f"{cfg.engine}-{cfg.name}-{port}.log"
             record.log_path = str(log_path)
             proc = start_process(spec.argv, spec.env, log_path)
@@ -229,10 +233,36 @@ class Runner:
                 self._close_client(server)
                 if attempt + 1 < PORT_RETRIES and _port_clash(str(exc)):
                     continue
-                raise LaunchError(redact(str(exc), spec.secrets)) from None
+                hint = self._lint_hint(engine, spec)
+                raise LaunchError(redact(str(exc) + hint, spec.secrets)) from None
             record.server_url = base_url
             return server
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _lint_or_raise(
+        self, cfg: SpecConfig, engine: Engine, spec: LaunchSpec, record: ConfigRecord
+    ) -> None:
+        """Check the flags against the installed engine before a boot that takes minutes."""
+        try:
+            findings = engine.lint(spec)
+        except LintUnavailable as exc:
+            record.extra["lint"] = f"not checked: {exc}"
+            return
+        record.extra["lint"] = [str(f) for f in findings]
+        if findings:
+            listed = "; ".join(str(f) for f in findings)
+            raise ConfigError(
+                f"config {cfg.qualified_name} (interface {cfg.interface}) has flags the installed "
+                f"{engine.name} does not accept: {listed}; fix the config or pass --specdec-no-lint"
+            )
+
+    @staticmethod
+    def _lint_hint(engine: Engine, spec: LaunchSpec) -> str:
+        try:
+            findings = engine.lint(spec)
+        except LintUnavailable:
+            return ""
+        return "".join(f"\nlint: {f}" for f in findings)
 
     def _probe(self, server: Server) -> Callable[[], bool]:
         return lambda: self.loop.run(server.engine.is_ready(server.client))

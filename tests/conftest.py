@@ -7,30 +7,22 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tests_support import CACHE, missing
 
-from pytest_specdec.engines.llamacpp import cache_root, find_binary
+from pytest_specdec.engines.llamacpp import find_binary
 from pytest_specdec.suitefile import EngineSettings
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT = "SmolLM2-135M-Instruct.Q4_0.gguf"
-CACHE = cache_root()  # read before pytester points HOME at its temporary folder
 os.environ.setdefault("SPECDEC_CACHE", str(CACHE))  # engine look-ups in tests and subprocesses
-
-
-def _missing(what: str) -> None:
-    """Skip with the reason; under CI a missing engine is a failure, never a silent skip."""
-    message = f"{what}; run ./scripts/setup"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI: {message}", pytrace=False)
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
 def llama_server() -> Path:
     binary = find_binary(EngineSettings())
     if binary is None:
-        _missing("llama-server not found")
+        missing("llama-server not found")
     assert binary is not None
     return binary
 
@@ -41,7 +33,7 @@ def models(llama_server: Path) -> dict[str, Path]:
     found = {"target": folder / TARGET, "draft": folder / DRAFT}
     for role, path in found.items():
         if not path.is_file():
-            _missing(f"{role} model {path} not found")
+            missing(f"{role} model {path} not found")
     return found
 
 

@@ -31,3 +31,20 @@ def test_console_script_is_installed() -> None:
         check=False,
     )
     assert proc.returncode == 0 and "llamacpp:draft-d16" in proc.stdout
+
+
+@pytest.mark.engine
+def test_configs_lint_rejects_a_misspelled_llamacpp_flag(
+    llama_server: object, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "typo.toml"
+    path.write_text('[configs.typo]\nengine = "llamacpp"\nargs = ["--spec-draft-n-maxx", "3"]\n')
+    assert main(["configs", "lint", "typo", "--config-file", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "--spec-draft-n-maxx: unknown to the installed engine; did you mean --spec-draft-n-max?"
+        in out
+    )
+    assert main(["configs", "lint", "draft-d16"]) == 0

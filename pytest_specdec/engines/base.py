@@ -17,6 +17,7 @@ import httpx
 
 from pytest_specdec.client import RequestFailed, StreamOutcome, get, stream_sse
 from pytest_specdec.configs import SpecConfig
+from pytest_specdec.lint import Finding
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -81,6 +82,8 @@ class Engine(Protocol):
     def build_command(self, ctx: BootContext) -> LaunchSpec: ...
 
     def version(self) -> str | None: ...
+
+    def lint(self, spec: LaunchSpec) -> list[Finding]: ...
 
     async def is_ready(self, client: httpx.AsyncClient) -> bool: ...
 

@@ -28,6 +28,7 @@ from pytest_specdec.engines.base import (
     fetch_metrics,
     stream_chat,
 )
+from pytest_specdec.lint import Finding, lint_by_help
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -126,6 +127,10 @@ class LlamaCppEngine:
             ]
             parts.extend(lines[:1])
         return "; ".join(parts) or None
+
+    def lint(self, spec: LaunchSpec) -> list[Finding]:
+        """Flags of the command line that ``llama-server --help`` does not list."""
+        return lint_by_help(spec.argv[1:], [spec.argv[0], "--help"])
 
     async def is_ready(self, client: httpx.AsyncClient) -> bool:
         try:

@@ -23,6 +23,7 @@ from pytest_specdec.engines.base import (
 from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.engines.vllm import VLLMEngine
+from pytest_specdec.lint import Finding
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -44,6 +45,9 @@ class OpenAIEngine:
 
     def version(self) -> str | None:
         return None
+
+    def lint(self, spec: LaunchSpec) -> list[Finding]:
+        return []
 
     async def is_ready(self, client: httpx.AsyncClient) -> bool:
         try:

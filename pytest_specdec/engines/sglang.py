@@ -28,6 +28,7 @@ from pytest_specdec.engines.base import (
     finite_or_none,
     stream_chat,
 )
+from pytest_specdec.lint import Finding, lint_sglang
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -44,7 +45,9 @@ META_FIELDS = (
 
 
 def _python(settings: EngineSettings) -> str:
-    return os.path.expanduser(settings.python) if settings.python else sys.executable
+    """[engines.sglang] python, else $SPECDEC_SGLANG_PYTHON, else this interpreter."""
+    chosen = settings.python or os.environ.get("SPECDEC_SGLANG_PYTHON")
+    return os.path.expanduser(chosen) if chosen else sys.executable
 
 
 def _probe(python: str, code: str) -> subprocess.CompletedProcess[str]:
@@ -126,6 +129,10 @@ class SGLangEngine:
         except (OSError, subprocess.TimeoutExpired):
             return None
         return f"sglang {proc.stdout.strip()}" if proc.returncode == 0 else None
+
+    def lint(self, spec: LaunchSpec) -> list[Finding]:
+        """The command line through the installed SGLang's own argument parser."""
+        return lint_sglang(spec.argv[0], spec.argv[3:])
 
     async def is_ready(self, client: httpx.AsyncClient) -> bool:
         try:

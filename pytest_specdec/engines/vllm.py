@@ -25,6 +25,7 @@ from pytest_specdec.engines.base import (
     fetch_metrics,
     stream_chat,
 )
+from pytest_specdec.lint import Finding, lint_by_help
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -87,6 +88,10 @@ class VLLMEngine:
             return None
         lines = proc.stdout.strip().splitlines()
         return f"vllm {lines[-1]}" if proc.returncode == 0 and lines else None
+
+    def lint(self, spec: LaunchSpec) -> list[Finding]:
+        """Flags of the command line that ``vllm serve --help=all`` does not list."""
+        return lint_by_help(spec.argv[3:], [spec.argv[0], "serve", "--help=all"])
 
     async def is_ready(self, client: httpx.AsyncClient) -> bool:
         try:

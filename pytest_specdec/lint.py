@@ -1,0 +1,160 @@
+"""Check a config's engine flags against the installed engine before any boot.
+
+* SGLang: its real argument parser (``ServerArgs.add_cli_args``), run in the interpreter that
+  has SGLang; algorithm names are checked separately, since the parser accepts any string.
+* llama.cpp and vLLM: the flags their ``--help`` lists.
+
+Every unknown flag is named with the closest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+
+# Runs inside SGLang's interpreter: prints {"unknown": [...], "error": ..., "algorithms": [...]}.
+_SGLANG_PROBE = r"""
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ValueError(message)
+
+argv = json.loads(sys.argv[1])
+parser = Parser(prog="sglang serve")
+ServerArgs.add_cli_args(parser)
+flags = sorted(parser._option_string_actions)
+out = {"unknown": [], "error": None, "algorithms": None, "flags": flags}
+try:
+    _, out["unknown"] = parser.parse_known_args(argv)
+except ValueError as exc:
+    out["error"] = str(exc)
+try:
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    out["algorithms"] = sorted(a.name for a in SpeculativeAlgorithm if a.name != "NONE")
+except Exception:
+    pass
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Finding:
+    flag: str
+    problem: str
+    suggestion: str | None = None
+
+    def __str__(self) -> str:
+        hint = f"; did you mean {self.suggestion}?" if self.suggestion else ""
+        return f"{self.flag}: {self.problem}{hint}"
+
+
+class LintUnavailable(RuntimeError):
+    """The engine's own parser or help text could not be read."""
+
+
+def flags_in_help(text: str) -> set[str]:
+    """Every option string a ``--help`` text mentions at the start of an entry."""
+    found: set[str] = set()
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped.startswith("-"):
+            continue
+        stripped = re.sub(r",\s+", ", ", stripped)  # "-md,   --spec-draft-model" is one entry
+        head = re.split(r"\s{2,}", stripped, maxsplit=1)[0]
+        found.update(_FLAG.findall(head))
+    return found
+
+
+def closest(flag: str, valid: Iterable[str]) -> str | None:
+    matches = difflib.get_close_matches(flag, sorted(valid), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def unknown_flags(args: Sequence[str], valid: set[str]) -> list[Finding]:
+    """Args that look like flags (``-x``/``--x``, ``--x=v``) and are not in ``valid``."""
+    out = []
+    for arg in args:
+        if not arg.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", arg):
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag not in valid:
+            out.append(Finding(flag, "unknown to the installed engine", closest(flag, valid)))
+    return out
+
+
+def help_text(argv: Sequence[str], timeout: float = 60.0) -> str:
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LintUnavailable(f"cannot run {' '.join(argv)}: {exc}") from exc
+    text = proc.stdout + proc.stderr
+    if not flags_in_help(text):
+        raise LintUnavailable(f"{' '.join(argv)} printed no option list (exit {proc.returncode})")
+    return text
+
+
+def lint_by_help(args: Sequence[str], help_argv: Sequence[str]) -> list[Finding]:
+    return unknown_flags(args, flags_in_help(help_text(help_argv)))
+
+
+def sglang_probe(python: str, argv: Sequence[str], timeout: float = 120.0) -> dict[str, object]:
+    try:
+        proc = subprocess.run(
+            [python, "-c", _SGLANG_PROBE, json.dumps(list(argv))],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LintUnavailable(f"cannot run SGLang's parser with {python}: {exc}") from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise LintUnavailable(f"SGLang's parser failed to load with {python}: {tail}")
+    data: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return data
+
+
+def _algorithm(argv: Sequence[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--speculative-algorithm" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--speculative-algorithm="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def lint_sglang(python: str, argv: Sequence[str]) -> list[Finding]:
+    """Findings for SGLang launch args (without ``python -m sglang.launch_server``)."""
+    data = sglang_probe(python, argv)
+    flags = {str(f) for f in data.get("flags") or []}  # type: ignore[attr-defined]
+    out = []
+    for arg in data.get("unknown") or []:  # type: ignore[attr-defined]
+        arg = str(arg)
+        if arg.startswith("-"):
+            flag = arg.split("=", 1)[0]
+            out.append(Finding(flag, "unknown to SGLang's argument parser", closest(flag, flags)))
+    if data.get("error"):
+        out.append(
+            Finding("(parse)", f"SGLang's parser rejected the command line: {data['error']}")
+        )
+    algorithms = data.get("algorithms")
+    name = _algorithm(argv)
+    if name and isinstance(algorithms, list):
+        known = {str(a) for a in algorithms} | {"NEXTN"}
+        if name.upper() not in known:
+            out.append(
+                Finding(
+                    f"--speculative-algorithm {name}",
+                    f"not an algorithm of the installed SGLang ({', '.join(sorted(known))})",
+                    closest(name.upper(), known),
+                )
+            )
+    return out

@@ -1,0 +1,144 @@
+"""Config lint against the installed engines: llama.cpp's --help, SGLang's real parser."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from tests_support import CACHE, missing
+
+from pytest_specdec.configs import Registry, parse_config, preset_configs
+from pytest_specdec.engines import make_engine
+from pytest_specdec.engines.base import BootContext
+from pytest_specdec.lint import (
+    Finding,
+    LintUnavailable,
+    closest,
+    flags_in_help,
+    lint_by_help,
+    unknown_flags,
+)
+from pytest_specdec.suitefile import EngineSettings
+
+SGLANG_VERSION = "0.5.23"
+HELP = """\
+-h,    --help, --usage                  print usage and exit
+-md,   --spec-draft-model, --model-draft FNAME
+--spec-draft-n-max N                    number of tokens to draft (default: 3)
+--spec-type none,draft-simple           type of speculative decoding
+-t,    --threads N                      number of threads
+"""
+
+
+def test_flags_in_help_reads_every_alias() -> None:
+    flags = flags_in_help(HELP)
+    assert {"-md", "--spec-draft-model", "--model-draft", "--spec-draft-n-max", "-t"} <= flags
+    assert "--spec-type" in flags and "FNAME" not in flags
+
+
+def test_unknown_flags_name_the_closest_valid_one() -> None:
+    found = unknown_flags(
+        ["--spec-draft-n-maxx", "3", "-t", "2", "--spec-type=draft"], flags_in_help(HELP)
+    )
+    assert found == [
+        Finding("--spec-draft-n-maxx", "unknown to the installed engine", "--spec-draft-n-max")
+    ]
+    assert "did you mean --spec-draft-n-max?" in str(found[0])
+    assert unknown_flags(["-5", "--threads"], {"--threads"}) == []
+    assert closest("--zzz", {"--spec-type"}) is None
+
+
+def test_help_that_lists_nothing_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(LintUnavailable, match="printed no option list"):
+        lint_by_help(["--x"], [sys.executable, "-c", "print('hello')"])
+    with pytest.raises(LintUnavailable, match="cannot run"):
+        lint_by_help(["--x"], [str(tmp_path / "missing-binary"), "--help"])
+
+
+def test_vllm_lint_reads_serve_help(tmp_path: Path) -> None:
+    fake = tmp_path / "vllm"
+    fake.write_text(
+        "#!/bin/sh\necho '  --host HOST'\necho '  --port PORT'\n"
+        "echo '  --speculative-config SPECULATIVE_CONFIG'\necho '  --max-num-seqs N'\n"
+    )
+    fake.chmod(0o755)
+    engine = make_engine("vllm", EngineSettings(binary=str(fake)))
+    cfg = parse_config("x", {"engine": "vllm", "args": ["--max-num-seq", "8"]}, "f.toml")
+    spec = engine.build_command(BootContext(cfg, "MODEL", None, "127.0.0.1", 1))
+    (finding,) = engine.lint(spec)
+    assert finding.flag == "--max-num-seq" and finding.suggestion == "--max-num-seqs"
+
+
+@pytest.mark.engine
+def test_llamacpp_lint_rejects_a_misspelled_flag(llama_server: Path) -> None:
+    engine = make_engine("llamacpp", EngineSettings(binary=str(llama_server)))
+    cfg = parse_config("typo", {"engine": "llamacpp", "args": ["--spec-draft-n-maxx", "3"]}, "f")
+    spec = engine.build_command(BootContext(cfg, "M.gguf", None, "127.0.0.1", 1))
+    assert [str(f) for f in engine.lint(spec)] == [
+        "--spec-draft-n-maxx: unknown to the installed engine; did you mean --spec-draft-n-max?"
+    ]
+
+
+@pytest.mark.engine
+def test_llamacpp_presets_pass_lint(llama_server: Path) -> None:
+    engine = make_engine("llamacpp", EngineSettings(binary=str(llama_server)))
+    for cfg in Registry(preset_configs()).all("llamacpp"):
+        draft = "D.gguf" if cfg.draft else None
+        spec = engine.build_command(BootContext(cfg, "M.gguf", draft, "127.0.0.1", 1, "k"))
+        assert engine.lint(spec) == [], cfg.name
+
+
+@pytest.fixture(scope="module")
+def sglang_python() -> str:
+    python = os.environ.get("SPECDEC_SGLANG_PYTHON") or str(
+        CACHE / f"sglang-{SGLANG_VERSION}-venv" / "bin" / "python"
+    )
+    if not Path(python).exists():
+        missing(
+            f"SGLang {SGLANG_VERSION}'s parser is not installed at {python}",
+            "./scripts/install-sglang-parser",
+        )
+    return python
+
+
+def _sglang_spec(cfg_name: str, python: str, extra: tuple[str, ...] = ()) -> tuple[object, object]:
+    engine = make_engine("sglang", EngineSettings(python=python, extra_args=extra))
+    cfg = Registry(preset_configs()).resolve(cfg_name, "sglang")
+    draft = "org/drafter" if cfg.draft else None
+    return engine, engine.build_command(BootContext(cfg, "org/target", draft, "127.0.0.1", 30000))
+
+
+UPSTREAM = ["baseline", "dflash-b16", "eagle3", "ngram"]
+
+
+@pytest.mark.parametrize("name", UPSTREAM)
+def test_upstream_presets_parse_with_sglangs_own_parser(sglang_python: str, name: str) -> None:
+    engine, spec = _sglang_spec(name, sglang_python, ("--mem-fraction-static", "0.8"))
+    assert engine.lint(spec) == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["ddtree-b15", "ddtree-b16"])
+def test_ddtree_presets_are_flagged_as_not_upstream(sglang_python: str, name: str) -> None:
+    engine, spec = _sglang_spec(name, sglang_python)
+    found = [f.flag for f in engine.lint(spec)]  # type: ignore[attr-defined]
+    assert found == ["--speculative-ddtree-budget", "--speculative-algorithm DDTREE"]
+
+
+def test_sglang_parser_rejects_a_misspelled_flag(sglang_python: str) -> None:
+    engine = make_engine("sglang", EngineSettings(python=sglang_python))
+    cfg = parse_config("x", {"engine": "sglang", "args": ["--speculative-eagle-topkk", "4"]}, "f")
+    spec = engine.build_command(BootContext(cfg, "org/target", None, "127.0.0.1", 30000))
+    (finding,) = engine.lint(spec)
+    assert finding.flag == "--speculative-eagle-topkk"
+    assert finding.suggestion == "--speculative-eagle-topk"
+    assert "SGLang's argument parser" in finding.problem
+
+
+def test_sglang_parser_rejects_a_bad_value(sglang_python: str) -> None:
+    engine = make_engine("sglang", EngineSettings(python=sglang_python))
+    cfg = parse_config("x", {"engine": "sglang", "args": ["--speculative-num-steps", "three"]}, "f")
+    spec = engine.build_command(BootContext(cfg, "org/target", None, "127.0.0.1", 30000))
+    (finding,) = engine.lint(spec)
+    assert "invalid int value: 'three'" in finding.problem
