@@ -36,6 +36,7 @@ IDENTITY_FIELDS = (
     "config_sha256",
     "workload_sha256",
     "max_tokens",
+    "engine_args",
 )
 
 
@@ -93,6 +94,7 @@ def key_for(results: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, 
         "config_sha256": (config.get("config") or {}).get("sha256"),
         "workload_sha256": (results.get("workload") or {}).get("sha256"),
         "max_tokens": (results.get("options") or {}).get("max_tokens"),
+        "engine_args": (config.get("extra") or {}).get("engine_args"),
         "engine_version": config.get("engine_version"),
     }
 
@@ -220,6 +222,7 @@ def session_entry(
     suite: SessionSummary | None,
     suite_runs: Sequence[float],
     prompt_cells: Mapping[str, Mapping[str, Any]],
+    session: int = 1,
 ) -> dict[str, Any]:
     return {
         "added_at": utc_now(),
@@ -227,6 +230,7 @@ def session_entry(
         "engine_version": config.get("engine_version"),
         "commit": (results.get("options") or {}).get("commit"),
         "host": (results.get("host") or {}).get("hostname"),
+        "session": session,
         "prompts": dict(prompt_cells),
         "suite": None
         if suite is None
@@ -237,7 +241,7 @@ def session_entry(
             "runs": list(suite_runs),
         },
         "id": hashlib.sha256(
-            f"{results.get('started_at')}|{config.get('name')}".encode()
+            f"{results.get('started_at')}|{config.get('name')}|{session}".encode()
         ).hexdigest()[:12],
     }
 

@@ -30,7 +30,7 @@ from pytest_specdec.stats import (
     Verdict,
     VerdictPolicy,
     adjust_verdicts,
-    against_history,
+    against_history_sessions,
     suite_values,
     welch_log,
 )
@@ -39,6 +39,7 @@ NO_BASELINE = "no-baseline"
 MISMATCH = "mismatch"
 JUDGED = "judged"
 UNJUDGEABLE = "unjudgeable"
+PARTIAL = "partial"
 
 
 @dataclass
@@ -72,14 +73,35 @@ class Judgement:
         }
 
 
-def prompt_runs(config: Mapping[str, Any], prompts: Sequence[str]) -> dict[str, list[float]]:
+def prompt_runs(
+    config: Mapping[str, Any], prompts: Sequence[str], session: int | None = None
+) -> dict[str, list[float]]:
     """Measured, successful tok/s per prompt (failed runs are errors, never numbers)."""
     out: dict[str, list[float]] = {p: [] for p in prompts}
     for run in config.get("runs", []):
         usable = run.get("phase") == "measure" and run.get("error") is None
+        if session is not None and run.get("session", 1) != session:
+            continue
         if usable and run.get("tok_per_s") and run["prompt"] in out:
             out[run["prompt"]].append(float(run["tok_per_s"]))
     return out
+
+
+def sessions_of(config: Mapping[str, Any]) -> list[int]:
+    """The server sessions that have measured runs, in order."""
+    found = {
+        int(r.get("session", 1)) for r in config.get("runs", []) if r.get("phase") == "measure"
+    }
+    return sorted(found)
+
+
+def _by_session(config: Mapping[str, Any], prompts: Sequence[str]) -> list[dict[str, list[float]]]:
+    return [prompt_runs(config, prompts, s) for s in sessions_of(config)]
+
+
+def _session_means(sessions: Sequence[Sequence[float]]) -> list[float]:
+    """Each session's geometric mean: the replication unit for multi-session comparisons."""
+    return [math.exp(statistics.fmean(math.log(v) for v in values)) for values in sessions]
 
 
 def accept_means(config: Mapping[str, Any], prompts: Sequence[str]) -> dict[str, float | None]:
@@ -101,6 +123,18 @@ def _suite_runs(runs: Mapping[str, Sequence[float]]) -> list[float]:
 
 def _workload_prompts(results: Mapping[str, Any]) -> list[str]:
     return list((results.get("workload") or {}).get("prompts") or [])
+
+
+def _partial(config: Mapping[str, Any], prompts: Sequence[str]) -> str | None:
+    """Prompts of the workload that were not measured at all (e.g. deselected with -k)."""
+    seen = {r.get("prompt") for r in config.get("runs", []) if r.get("phase") == "measure"}
+    missing = [p for p in prompts if p not in seen]
+    if not missing:
+        return None
+    return (
+        f"the suite score needs every prompt of the workload; not measured: "
+        f"{', '.join(missing)} (deselected with -k?)"
+    )
 
 
 def _usable(runs: Mapping[str, Sequence[float]]) -> str | None:
@@ -129,12 +163,31 @@ def judge_reference(
     prompts = _workload_prompts(results)
     new, ref = prompt_runs(config, prompts), prompt_runs(reference, prompts)
     judgement = Judgement(config["name"], JUDGED, "", f"reference {reference['name']}")
+    partial = _partial(config, prompts) or _partial(reference, prompts)
+    if partial:
+        judgement.status, judgement.message = PARTIAL, partial
+        return judgement
     problem = _usable(new) or _usable(ref)
     if problem:
         judgement.status, judgement.message = UNJUDGEABLE, problem
         return judgement
-    judgement.prompts = {p: welch_log(new[p], ref[p], policy) for p in prompts}
-    judgement.suite = welch_log(_suite_runs(new), _suite_runs(ref), policy)
+    new_s, ref_s = _by_session(config, prompts), _by_session(reference, prompts)
+    if len(new_s) >= 2 and len(ref_s) >= 2:  # sessions are the unit: Welch on session means
+
+        def compare(a: list[list[float]], b: list[list[float]]) -> Verdict:
+            return welch_log(_session_means(a), _session_means(b), policy)
+    else:
+        judgement.notes.append(
+            "one server session per side: between-session noise is not measured, so the "
+            "verdict is provisional; --specdec-sessions 3 gives a reliable A/B"
+        )
+
+        def compare(a: list[list[float]], b: list[list[float]]) -> Verdict:
+            flat = [[v for s in a for v in s], [v for s in b for v in s]]
+            return welch_log(flat[0], flat[1], policy, provisional=True)
+
+    judgement.prompts = {p: compare([s[p] for s in new_s], [s[p] for s in ref_s]) for p in prompts}
+    judgement.suite = compare([_suite_runs(s) for s in new_s], [_suite_runs(s) for s in ref_s])
     judgement.accept = _accept_change(
         accept_means(config, prompts), accept_means(reference, prompts)
     )
@@ -155,15 +208,17 @@ def _history_accept(baseline: Baseline, prompts: Sequence[str]) -> dict[str, flo
 
 
 def _history_verdict(
-    new: Sequence[float],
+    new: Sequence[Sequence[float]],
     history: Sequence[SessionSummary],
     raw: Sequence[float],
     policy: VerdictPolicy,
 ) -> Verdict:
+    """New sessions (lists of tok/s) against the stored history of session summaries."""
     if len(history) >= policy.min_history:
-        return against_history(new, history, policy)
+        summaries = [SessionSummary.from_values(values) for values in new]
+        return against_history_sessions(summaries, history, policy)
     # Fewer sessions than a prediction interval needs: Welch against the stored raw runs.
-    return welch_log(new, raw, policy, provisional=True)
+    return welch_log([v for s in new for v in s], raw, policy, provisional=True)
 
 
 def judge_baseline(
@@ -202,18 +257,25 @@ def judge_baseline(
         judgement.notes.append(
             f"engine version {baseline.key.get('engine_version')} → {key.get('engine_version')}"
         )
+    partial = _partial(config, prompts)
+    if partial:
+        judgement.status, judgement.message = PARTIAL, partial
+        return judgement
     new = prompt_runs(config, prompts)
     problem = _usable(new)
     if problem:
         judgement.status, judgement.message = UNJUDGEABLE, problem
         return judgement
+    new_s = _by_session(config, prompts)
     judgement.prompts = {
-        p: _history_verdict(new[p], baseline.prompt_history(p), baseline.raw_runs(p), policy)
+        p: _history_verdict(
+            [s[p] for s in new_s], baseline.prompt_history(p), baseline.raw_runs(p), policy
+        )
         for p in prompts
         if baseline.prompt_history(p)
     }
     judgement.suite = _history_verdict(
-        _suite_runs(new), baseline.suite_history(), baseline.raw_runs(None), policy
+        [_suite_runs(s) for s in new_s], baseline.suite_history(), baseline.raw_runs(None), policy
     )
     judgement.accept = _accept_change(
         accept_means(config, prompts), _history_accept(baseline, prompts)
@@ -248,8 +310,13 @@ def failures(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[st
     return out
 
 
-def session_cells(config: Mapping[str, Any], prompts: Sequence[str]) -> dict[str, dict[str, Any]]:
-    runs, accepts = prompt_runs(config, prompts), accept_means(config, prompts)
+def session_cells(
+    config: Mapping[str, Any], prompts: Sequence[str], session: int
+) -> dict[str, dict[str, Any]]:
+    runs = prompt_runs(config, prompts, session)
+    accepts = accept_means(
+        {"runs": [r for r in config.get("runs", []) if r.get("session", 1) == session]}, prompts
+    )
     cells = {}
     for p, values in runs.items():
         summary = SessionSummary.from_values(values)
@@ -266,7 +333,7 @@ def session_cells(config: Mapping[str, Any], prompts: Sequence[str]) -> dict[str
 def update_baseline(
     results: Mapping[str, Any], config: Mapping[str, Any], root: Path, allow_mismatch: bool = False
 ) -> str:
-    """Append this config's session to its baseline; return a line saying what changed."""
+    """Append each of this config's server sessions to its baseline; say what changed."""
     prompts = _workload_prompts(results)
     failed = [r for r in config.get("runs", []) if r.get("phase") == "measure" and r.get("error")]
     if config.get("error") or failed:
@@ -275,25 +342,33 @@ def update_baseline(
             f"{' and a boot error' if config.get('error') else ''}; "
             "a baseline takes clean sessions only"
         )
-    runs = prompt_runs(config, prompts)
-    problem = _usable(runs)
-    if problem:
-        raise BaselineError(f"{config['name']}: not added to the baseline: {problem}")
-    suite_runs = _suite_runs(runs)
-    suite = SessionSummary.from_values(suite_runs)
+    partial = _partial(config, prompts)
+    if partial:
+        raise BaselineError(f"{config['name']}: not added to the baseline: {partial}")
+    sessions = sessions_of(config)
+    for session in sessions:
+        problem = _usable(prompt_runs(config, prompts, session))
+        if problem:
+            raise BaselineError(f"{config['name']}: not added to the baseline: {problem}")
     key = key_for(results, config)
     path = baseline_path(root, key)
     before = load_baseline(path)
-    entry = session_entry(results, config, suite, suite_runs, session_cells(config, prompts))
-    after = append_session(path, key, entry, allow_mismatch=allow_mismatch)
+    after = before
+    means = []
+    for session in sessions:
+        suite_runs = _suite_runs(prompt_runs(config, prompts, session))
+        suite = SessionSummary.from_values(suite_runs)
+        means.append(suite.mean_log)
+        cells = session_cells(config, prompts, session)
+        entry = session_entry(results, config, suite, suite_runs, cells, session)
+        after = append_session(path, key, entry, allow_mismatch=allow_mismatch)
     old_n = len(before.sessions) if before else 0
-    line = (
-        f"{config['name']}: {path}: {old_n} → {len(after.sessions)} sessions; "
-        f"suite {math.exp(suite.mean_log):.1f} tok/s"
-    )
+    new_n = len(after.sessions) if after else 0
+    mean = statistics.fmean(means)
+    line = f"{config['name']}: {path}: {old_n} → {new_n} sessions; suite {math.exp(mean):.1f} tok/s"
     if before and before.suite_history():
         prev = statistics.fmean(h.mean_log for h in before.suite_history())
-        line += f" (history {math.exp(prev):.1f} tok/s, {math.exp(suite.mean_log - prev) - 1:+.1%})"
+        line += f" (history {math.exp(prev):.1f} tok/s, {math.exp(mean - prev) - 1:+.1%})"
     return line
 
 

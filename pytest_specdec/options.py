@@ -166,6 +166,24 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
         ),
     ),
     (
+        "--specdec-sessions",
+        dict(
+            type=positive_int,
+            default=1,
+            metavar="N",
+            help="server sessions per config, interleaved A B A B (default: 1); sessions are "
+            "the unit of replication, so several resolve smaller changes",
+        ),
+    ),
+    (
+        "--specdec-adaptive",
+        dict(
+            action="store_true",
+            help="with --specdec-sessions N: skip a config's further sessions once its verdict "
+            "is decided",
+        ),
+    ),
+    (
         "--specdec-no-warmup",
         dict(action="store_true", help="skip the warmup pass over every prompt"),
     ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,14 @@ from pytest_specdec import options as opt
 from pytest_specdec.baselines import BaselineError
 from pytest_specdec.configs import ConfigError, SpecConfig, load_registry, split_names
 from pytest_specdec.engines import EngineNotInstalled
-from pytest_specdec.judge import MISMATCH, NO_BASELINE, UNJUDGEABLE, Judgement, failures
+from pytest_specdec.judge import (
+    MISMATCH,
+    NO_BASELINE,
+    PARTIAL,
+    UNJUDGEABLE,
+    Judgement,
+    failures,
+)
 from pytest_specdec.launch import LaunchError, kill_all
 from pytest_specdec.report import terminal_summary, verdict_lines
 from pytest_specdec.runner import Runner, RunOptions, Server, resolve_configs
@@ -78,6 +86,8 @@ class SpecdecState:
             alpha=getopt("--specdec-alpha"),
             min_delta=getopt("--specdec-min-delta"),
             lint=not getopt("--specdec-no-lint"),
+            sessions=getopt("--specdec-sessions"),
+            adaptive=getopt("--specdec-adaptive"),
         )
         self.summary_lines: list[str] = []
         self._runner: Runner | None = None
@@ -104,15 +114,29 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
 
 
+@dataclass(frozen=True)
+class Slot:
+    """One server session of one config; sessions of different configs interleave (A B A B)."""
+
+    config: SpecConfig
+    session: int
+    last: bool
+
+    @property
+    def id(self) -> str:
+        return self.config.name if self.session == 1 else f"{self.config.name}@{self.session}"
+
+
+def slots(configs: list[SpecConfig], sessions: int) -> list[Slot]:
+    return [Slot(c, k, k == sessions) for k in range(1, sessions + 1) for c in configs]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = metafunc.config.stash[STASH_KEY]
-    if "specdec_config" in metafunc.fixturenames:
+    if "specdec_slot" in metafunc.fixturenames:
+        found = slots(state.configs, state.options.sessions)
         metafunc.parametrize(
-            "specdec_config",
-            state.configs,
-            indirect=True,
-            scope="session",
-            ids=[c.name for c in state.configs],
+            "specdec_slot", found, indirect=True, scope="session", ids=[s.id for s in found]
         )
     if "specdec_prompt" in metafunc.fixturenames:
         prompts = state.workload.prompts
@@ -126,19 +150,31 @@ def specdec(request: pytest.FixtureRequest) -> Runner:
 
 
 @pytest.fixture(scope="session")
-def specdec_config(request: pytest.FixtureRequest) -> SpecConfig:
-    """The spec config under test (parametrized over --spec-config)."""
+def specdec_slot(request: pytest.FixtureRequest) -> Slot:
+    """The (config, server session) under test (parametrized over --spec-config x sessions)."""
     return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")
-def specdec_server(specdec: Runner, specdec_config: SpecConfig) -> Generator[Server, None, None]:
-    """One server per config, booted once for all of that config's tests, stopped after them."""
+def specdec_config(specdec_slot: Slot) -> SpecConfig:
+    """The spec config under test."""
+    return specdec_slot.config
+
+
+@pytest.fixture(scope="session")
+def specdec_server(specdec: Runner, specdec_slot: Slot) -> Generator[Server, None, None]:
+    """One server per (config, session), booted once for all its tests, stopped after them."""
+    cfg = specdec_slot.config
+    if specdec_slot.session > 1:
+        decided = specdec.decided(cfg.name)
+        if decided is not None:
+            done = specdec_slot.session - 1
+            pytest.skip(f"{cfg.name}: decided after {done} session(s): {decided.outcome}")
     failure = None
     try:
-        server = specdec.boot(specdec_config)
+        server = specdec.boot(cfg, specdec_slot.session)
     except (LaunchError, ConfigError, EngineNotInstalled) as exc:
-        failure = f"[{specdec_config.name}] {exc}"
+        failure = f"[{specdec_slot.id}] {exc}"
     if failure is not None:
         pytest.fail(failure, pytrace=False)
     try:
@@ -153,6 +189,21 @@ def specdec_prompt(request: pytest.FixtureRequest) -> Prompt:
     return request.param  # type: ignore[no-any-return]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Per-config tests (no prompt parameter, e.g. the verdict) run once, after the config's
+    last session; their copies for earlier sessions are deselected."""
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        slot = callspec.params.get("specdec_slot") if callspec else None
+        per_config = callspec is not None and "specdec_prompt" not in callspec.params
+        (drop if isinstance(slot, Slot) and per_config and not slot.last else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def check_judgement(runner: Runner, name: str) -> Judgement:
     """The per-config gate as a test outcome: skip without a baseline, fail on a failing verdict."""
     error = None
@@ -165,6 +216,8 @@ def check_judgement(runner: Runner, name: str) -> Judgement:
     if judgement.status == NO_BASELINE:
         if runner.options.update_baselines:
             pytest.skip(f"{judgement.message.split(';')[0]}; this run creates it")
+        pytest.skip(judgement.message)
+    if judgement.status == PARTIAL:
         pytest.skip(judgement.message)
     if judgement.status in (MISMATCH, UNJUDGEABLE):
         pytest.fail(judgement.message, pytrace=False)

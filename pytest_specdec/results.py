@@ -48,7 +48,7 @@ class RunRecord:
     text: str | None = None
     token_ids: list[int] | None = None
     finish_reason: str | None = None
-    session: int = 0
+    session: int = 1
     started_at: str = field(default_factory=utc_now)
     gpu: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from pytest_specdec.results import (
     results_document,
     utc_now,
 )
-from pytest_specdec.stats import DEFAULT_POLICY, VerdictPolicy
+from pytest_specdec.stats import DEFAULT_POLICY, VerdictPolicy, sequential_plan
 from pytest_specdec.suitefile import SuiteSettings, model_identity
 from pytest_specdec.workloads import Prompt, Workload
 
@@ -71,10 +71,18 @@ class RunOptions:
     alpha: float = DEFAULT_POLICY.alpha
     min_delta: float = DEFAULT_POLICY.min_delta
     lint: bool = True
+    sessions: int = 1
+    adaptive: bool = False
 
     @property
     def policy(self) -> VerdictPolicy:
-        return VerdictPolicy(alpha=self.alpha, min_delta=self.min_delta)
+        """The verdict policy; with adaptive sessions, the per-look alpha of a calibrated
+        group-sequential plan (looks after each session; history of about 10 sessions)."""
+        base = VerdictPolicy(alpha=self.alpha, min_delta=self.min_delta)
+        if self.adaptive and self.sessions > 1:
+            looks = tuple(range(1, self.sessions + 1))
+            return sequential_plan(base, looks, kind="history", k=10, trials=50_000).policy(base)
+        return base
 
     def public(self) -> dict[str, Any]:
         out = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
@@ -96,7 +104,7 @@ class Server:
     model_name: str | None = None
     process: EngineProcess | None = None
     warmed: bool = False
-    counters: list[int] = field(default_factory=lambda: [0])
+    session: int = 1
 
 
 def resolve_configs(
@@ -169,23 +177,40 @@ class Runner:
                 )
         return target, draft
 
-    def _new_record(self, cfg: SpecConfig) -> ConfigRecord:
-        rec = ConfigRecord(name=cfg.name, engine=cfg.engine, config=cfg.to_dict())
-        self.records[cfg.name] = rec
-        return rec
+    def _record(self, cfg: SpecConfig) -> ConfigRecord:
+        """The config's record: one per config, holding the runs of all its sessions."""
+        if cfg.name not in self.records:
+            self.records[cfg.name] = ConfigRecord(cfg.name, cfg.engine, cfg.to_dict())
+        return self.records[cfg.name]
 
-    def boot(self, cfg: SpecConfig) -> Server:
-        """Start (or attach to) the server for ``cfg`` and wait until it is ready."""
-        record = self._new_record(cfg)
+    def boot(self, cfg: SpecConfig, session: int = 1) -> Server:
+        """Start (or attach to) server session ``session`` of ``cfg``; wait until it is ready."""
+        record = self._record(cfg)
         engine = self._engine_for(cfg)
         try:
             if self.options.server_url:
-                return self._attach(cfg, engine, record)
-            return self._launch(cfg, engine, record)
+                server = self._attach(cfg, engine, record)
+            else:
+                server = self._launch(cfg, engine, record)
         except (LaunchError, ConfigError, EngineNotInstalled) as exc:
-            record.error = str(exc)
+            record.error = str(exc) if session == 1 else f"session {session}: {exc}"
             self.write_results()
             raise
+        server.session = session
+        record.extra.setdefault("sessions", []).append(
+            {"session": session, "server_url": server.base_url, "log_path": record.log_path,
+             "boot_s": record.boot_s, "started_at": utc_now()}
+        )  # fmt: skip
+        return server
+
+    def decided(self, name: str) -> Judgement | None:
+        """With --specdec-adaptive: the verdict once it no longer needs more sessions."""
+        if not self.options.adaptive or name not in self.records:
+            return None
+        judgement = self.judge(name)
+        if judgement.suite is not None and judgement.suite.outcome.value != "INCONCLUSIVE":
+            return judgement
+        return None
 
     def _client(self, base_url: str) -> httpx.AsyncClient:
         settings = ClientSettings(
@@ -214,6 +239,7 @@ class Runner:
         if draft:
             record.models["draft"] = model_identity(draft)
         record.engine_version = engine.version()
+        record.extra["engine_args"] = list(engine.settings.extra_args)
         timeout = self.options.startup_timeout_s or engine.settings.startup_timeout_s
         for attempt in range(PORT_RETRIES):
             port = free_port(self.options.host)
@@ -306,7 +332,13 @@ class Runner:
         return finalize_timings(rec)
 
     def run_once(self, server: Server, prompt: Prompt, run: int, phase: str) -> RunRecord:
-        rec = RunRecord(config=server.config.name, prompt=prompt.id, run=run, phase=phase)
+        rec = RunRecord(
+            config=server.config.name,
+            prompt=prompt.id,
+            run=run,
+            phase=phase,
+            session=server.session,
+        )
         req = self.request_spec(prompt, server.model_name)
         try:
             self.loop.run(self._one(server, req, rec))

@@ -1,0 +1,245 @@
+"""The baseline store and the judge on synthetic results documents (no engine)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.baselines import (
+    BaselineError,
+    append_session,
+    baseline_path,
+    key_for,
+    key_mismatch,
+    load_baseline,
+)
+from pytest_specdec.judge import (
+    MISMATCH,
+    NO_BASELINE,
+    adjust,
+    failures,
+    judge_baseline,
+    judge_reference,
+    update_baseline,
+)
+from pytest_specdec.stats import Outcome, VerdictPolicy
+
+PROMPTS = ["code", "prose"]
+POLICY = VerdictPolicy()
+
+
+def results_doc(
+    speeds: dict[str, dict[str, float]], *, sessions: int = 1, runs: int = 5, seed: int = 0,
+    noise: float = 0.01, config_sha: str = "abc", started: str = "2026-11-29T00:00:00+00:00",
+) -> dict[str, Any]:  # fmt: skip
+    """A results document with ``runs`` runs per prompt per session around given tok/s."""
+    rng = random.Random(seed)
+    configs = []
+    for name, per_prompt in speeds.items():
+        run_list = []
+        for session in range(1, sessions + 1):
+            shift = math.exp(rng.gauss(0, noise))
+            for prompt, tps in per_prompt.items():
+                for i in range(runs):
+                    value = tps * shift * math.exp(rng.gauss(0, noise))
+                    run_list.append(
+                        {"prompt": prompt, "run": i, "phase": "measure", "session": session,
+                         "error": None, "tok_per_s": value, "accept_length": 2.0}
+                    )  # fmt: skip
+        configs.append(
+            {"name": name, "engine": "llamacpp", "engine_version": "v1",
+             "config": {"sha256": config_sha},
+             "models": {"target": {"id": "m.gguf", "sha256": "f00"}},
+             "runs": run_list, "extra": {"engine_args": ["-t", "2"]}}
+        )  # fmt: skip
+    return {
+        "started_at": started, "host": {"cpu_model": "Test CPU", "cpu_count": 2}, "gpu": None,
+        "options": {"max_tokens": 64}, "workload": {"sha256": "w1", "prompts": PROMPTS},
+        "configs": configs,
+    }  # fmt: skip
+
+
+def test_no_baseline_says_how_to_make_one(tmp_path: Path) -> None:
+    doc = results_doc({"base": {"code": 100, "prose": 80}})
+    judgement = judge_baseline(doc, doc["configs"][0], tmp_path, POLICY)
+    assert judgement.status == NO_BASELINE
+    assert "run with --specdec-update-baselines" in judgement.message
+    assert judgement.suite is None and judgement.outcome == "NO-BASELINE"
+
+
+def test_history_then_regression_then_unchanged(tmp_path: Path) -> None:
+    for night in range(6):
+        doc = results_doc({"base": {"code": 100, "prose": 80}}, seed=night, started=f"n{night}")
+        line = update_baseline(doc, doc["configs"][0], tmp_path)
+        assert f"{night} → {night + 1} sessions" in line
+    same = results_doc({"base": {"code": 100, "prose": 80}}, seed=99, started="n99")
+    judged = judge_baseline(same, same["configs"][0], tmp_path, POLICY)
+    assert judged.suite is not None and judged.suite.method == "prediction-interval"
+    assert judged.suite.outcome in (Outcome.UNCHANGED, Outcome.INCONCLUSIVE)
+    slow = results_doc({"base": {"code": 80, "prose": 64}}, seed=98, started="n98")
+    judged = judge_baseline(slow, slow["configs"][0], tmp_path, POLICY)
+    assert judged.suite is not None and judged.suite.outcome is Outcome.REGRESSED
+    assert 0.78 < judged.suite.ratio < 0.82
+    assert failures([judged], ["regressed"]) == [f"base: {judged.suite.explanation}"]
+    assert judged.accept["code"]["change"] == pytest.approx(0.0)
+
+
+def test_sessions_are_appended_one_entry_each(tmp_path: Path) -> None:
+    doc = results_doc({"base": {"code": 100, "prose": 80}}, sessions=3)
+    update_baseline(doc, doc["configs"][0], tmp_path)
+    stored = load_baseline(baseline_path(tmp_path, key_for(doc, doc["configs"][0])))
+    assert stored is not None and [s["session"] for s in stored.sessions] == [1, 2, 3]
+    update_baseline(doc, doc["configs"][0], tmp_path)  # the same sessions again: no duplicates
+    assert len(load_baseline(stored.path).sessions) == 3  # type: ignore[union-attr]
+
+
+def test_key_mismatch_is_refused_naming_fields(tmp_path: Path) -> None:
+    doc = results_doc({"base": {"code": 100, "prose": 80}})
+    update_baseline(doc, doc["configs"][0], tmp_path)
+    other = results_doc({"base": {"code": 100, "prose": 80}}, config_sha="changed")
+    judged = judge_baseline(other, other["configs"][0], tmp_path, POLICY)
+    assert judged.status == MISMATCH
+    assert "config_sha256: 'abc' → 'changed'" in judged.message
+    assert "--specdec-allow-mismatch" in judged.message
+    forced = judge_baseline(other, other["configs"][0], tmp_path, POLICY, allow_mismatch=True)
+    assert forced.suite is not None and any("FORCED" in n for n in forced.notes)
+    with pytest.raises(BaselineError, match="has another key"):
+        update_baseline(other, other["configs"][0], tmp_path)
+
+
+def test_engine_version_is_tracked_not_refused(tmp_path: Path) -> None:
+    doc = results_doc({"base": {"code": 100, "prose": 80}})
+    update_baseline(doc, doc["configs"][0], tmp_path)
+    doc["configs"][0]["engine_version"] = "v2"
+    judged = judge_baseline(doc, doc["configs"][0], tmp_path, POLICY)
+    assert judged.status != MISMATCH and "engine version v1 → v2" in judged.notes
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "is not valid JSON"),
+        ('{"schema": 99, "key": {}, "sessions": []}', "schema 99 is not 1"),
+        ('{"schema": 1, "key": {}, "sessions": [{"prompts": {"a": {"n": 1}}}]}', "lacks mean_log"),
+        ("[]", "expected a JSON object"),
+    ],
+)
+def test_corrupt_baseline_is_an_error_and_left_untouched(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    doc = results_doc({"base": {"code": 100, "prose": 80}})
+    path = baseline_path(tmp_path, key_for(doc, doc["configs"][0]))
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    with pytest.raises(BaselineError, match=message) as info:
+        judge_baseline(doc, doc["configs"][0], tmp_path, POLICY)
+    assert str(path) in str(info.value)
+    with pytest.raises(BaselineError):
+        update_baseline(doc, doc["configs"][0], tmp_path)
+    assert path.read_text() == content
+
+
+def test_failed_runs_never_enter_a_baseline(tmp_path: Path) -> None:
+    doc = results_doc({"base": {"code": 100, "prose": 80}})
+    doc["configs"][0]["runs"][0].update(error="HTTP 500", tok_per_s=None)
+    with pytest.raises(BaselineError, match="1 failed run"):
+        update_baseline(doc, doc["configs"][0], tmp_path)
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_concurrent_writers_keep_every_session(tmp_path: Path) -> None:
+    doc = results_doc({"base": {"code": 100, "prose": 80}})
+    key = key_for(doc, doc["configs"][0])
+    path = baseline_path(tmp_path, key)
+    errors: list[BaseException] = []
+
+    def add(i: int) -> None:
+        try:
+            append_session(path, key, {"id": f"s{i}", "prompts": {}})
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(s["id"] for s in json.loads(path.read_text())["sessions"]) == sorted(
+        f"s{i}" for i in range(16)
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "error"),
+    [
+        ("tempfile.mkstemp", OSError(30, "Read-only file system")),
+        ("os.fsync", OSError(28, "No space left on device")),
+    ],
+)
+def test_unwritable_store_keeps_the_previous_baseline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, error: OSError
+) -> None:
+    doc = results_doc({"base": {"code": 100, "prose": 80}})
+    update_baseline(doc, doc["configs"][0], tmp_path)
+    path = baseline_path(tmp_path, key_for(doc, doc["configs"][0]))
+    before = path.read_bytes()
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(target, fail)
+    again = results_doc({"base": {"code": 100, "prose": 80}}, started="later")
+    with pytest.raises(BaselineError, match="previous version is intact") as info:
+        update_baseline(again, again["configs"][0], tmp_path)
+    assert error.strerror in str(info.value)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert [p.name for p in path.parent.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_reference_ab_single_and_multi_session() -> None:
+    one = results_doc({"dflash": {"code": 100, "prose": 80}, "ddtree": {"code": 130, "prose": 70}})
+    by = {c["name"]: c for c in one["configs"]}
+    judged = judge_reference(one, by["ddtree"], by["dflash"], POLICY)
+    assert judged.suite is not None and judged.suite.provisional
+    assert any("one server session per side" in n for n in judged.notes)
+    assert judged.prompts["code"].outcome is Outcome.IMPROVED
+    assert judged.prompts["prose"].outcome is Outcome.REGRESSED
+    many = results_doc(
+        {"dflash": {"code": 100, "prose": 80}, "ddtree": {"code": 130, "prose": 70}}, sessions=3
+    )
+    by = {c["name"]: c for c in many["configs"]}
+    judged = judge_reference(many, by["ddtree"], by["dflash"], POLICY)
+    assert judged.suite is not None and not judged.suite.provisional
+    assert judged.suite.n_new == 3 and judged.suite.n_ref == 3  # sessions are the unit
+    assert judged.suite.ratio == pytest.approx(math.sqrt(1.3 * 70 / 80), rel=0.03)
+
+
+def test_holm_across_configs(tmp_path: Path) -> None:
+    for night in range(6):
+        doc = results_doc(
+            {"a": {"code": 100, "prose": 80}, "b": {"code": 50, "prose": 40}},
+            seed=night,
+            started=f"n{night}",
+        )
+        for cfg in doc["configs"]:
+            update_baseline(doc, cfg, tmp_path)
+    slow = results_doc(
+        {"a": {"code": 80, "prose": 64}, "b": {"code": 50, "prose": 40}}, seed=7, started="x"
+    )
+    judged = adjust([judge_baseline(slow, c, tmp_path, POLICY) for c in slow["configs"]], POLICY)
+    assert [j.suite.p_adjusted is not None for j in judged] == [True, True]  # type: ignore[union-attr]
+    assert judged[0].outcome == "REGRESSED" and judged[1].outcome != "REGRESSED"
+
+
+def test_key_mismatch_lists_only_identity_fields() -> None:
+    a = {"engine": "llamacpp", "config": "x", "engine_version": "1"}
+    assert key_mismatch(a, {**a, "engine_version": "2"}) == []
+    assert key_mismatch(a, {**a, "engine": "vllm"}) == ["engine: 'llamacpp' → 'vllm'"]

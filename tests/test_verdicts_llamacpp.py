@@ -1,0 +1,109 @@
+"""Verdicts and baselines end to end on the real CPU engine.
+
+Between-session noise on a shared 2-core machine reaches 10-25%, so these runs use
+--specdec-min-delta 0.3: a change must exceed 30% to count. One engine thread instead of two
+halves throughput, which is far beyond that.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.launch import free_port, start_process, stop_process, wait_ready
+
+pytestmark = pytest.mark.engine
+PROMPTS = [
+    {"id": "count", "prompt": "Count from one to forty in words, separated by commas."},
+    {"id": "story", "prompt": "Write a short story about a lighthouse keeper and a storm."},
+]
+
+
+@pytest.fixture
+def project(suite_project: pytest.Pytester, models: dict[str, Path]) -> pytest.Pytester:
+    lines = "\n".join(json.dumps(p) for p in PROMPTS)
+    suite_project.makefile(".jsonl", two=lines)
+    return suite_project
+
+
+def _run(project: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return project.runpytest_subprocess(
+        "suites", "--specdec-workload", "two.jsonl", "--specdec-runs", "3",
+        "--specdec-max-tokens", "24", "--specdec-min-delta", "0.3",
+        "--specdec-baseline-dir", "bl", "-p", "no:cacheprovider", "-rs", *args,
+    )  # fmt: skip
+
+
+def test_update_judge_and_regress(project: pytest.Pytester) -> None:
+    first = _run(project, "--specdec-update-baselines")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    first.stdout.fnmatch_lines(["*SKIPPED*no baseline for baseline at*this run creates it*",
+                                "*baseline update:*", "*0 → 1 sessions*"])  # fmt: skip
+    second = _run(project, "--specdec-update-baselines")
+    assert second.ret == pytest.ExitCode.OK, second.stdout.str()
+    second.stdout.fnmatch_lines(["*1 → 2 sessions*"])
+    files = list((project.path / "bl").rglob("*.json"))
+    assert len(files) == 1 and len(json.loads(files[0].read_text())["sessions"]) == 2
+
+    judged = _run(project)
+    assert judged.ret == pytest.ExitCode.OK, judged.stdout.str()
+    judged.stdout.fnmatch_lines(["*verdicts (suite score*", "baseline: *MDE*"])
+    assert "UNCHANGED" in judged.stdout.str() or "INCONCLUSIVE" in judged.stdout.str()
+
+    slower = project.makefile(
+        ".toml", slower='[configs.baseline]\nengine = "llamacpp"\nargs = ["-t", "1"]\n'
+    )
+    regressed = _run(project, "--specdec-config-file", str(slower), "--specdec-allow-mismatch")
+    assert regressed.ret == pytest.ExitCode.TESTS_FAILED, regressed.stdout.str()
+    regressed.stdout.fnmatch_lines(
+        ["*test_verdict[[]baseline[]] FAILED*", "*REGRESSED*drop * ≥ δ 30.0%*",
+         "*FORCED comparison across differing key fields: config_sha256*"]
+    )  # fmt: skip
+    assert len(json.loads(files[0].read_text())["sessions"]) == 2  # judging never writes
+
+
+def test_corrupt_baseline_fails_naming_the_file(project: pytest.Pytester) -> None:
+    assert _run(project, "--specdec-update-baselines").ret == pytest.ExitCode.OK
+    (path,) = list((project.path / "bl").rglob("*.json"))
+    path.write_text('{"schema": 1, "key": ')
+    result = _run(project)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"*baseline {path} is not valid JSON*left untouched*"])
+    assert path.read_text() == '{"schema": 1, "key": '
+
+
+def test_external_server_is_baselined_and_judged(
+    project: pytest.Pytester, llama_server: Path, models: dict[str, Path], tmp_path: Path
+) -> None:
+    port = free_port()
+    argv = [str(llama_server), "-m", str(models["target"]), "--host", "127.0.0.1",
+            "--port", str(port), "--metrics", "-np", "1", "-t", "2"]  # fmt: skip
+    proc = start_process(argv, {}, tmp_path / "external.log")
+    try:
+        import httpx
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_ready(proc, ready, 60)
+        url = ("--specdec-server-url", f"http://127.0.0.1:{port}", "--spec-config", "their-build")
+        for _ in range(2):
+            assert _run(project, *url, "--specdec-update-baselines").ret == pytest.ExitCode.OK
+        judged = _run(project, *url)
+        assert judged.ret == pytest.ExitCode.OK, judged.stdout.str()
+        judged.stdout.fnmatch_lines(["*their-build*baseline (2 sessions)*"])
+    finally:
+        stop_process(proc)
+
+
+def test_reference_ab_in_one_run(project: pytest.Pytester) -> None:
+    result = _run(project, "--spec-config", "ngram", "--specdec-reference", "baseline")
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*ngram *reference baseline*", "*one server session per side*provisional*"]
+    )
