@@ -80,6 +80,7 @@ def prompt_runs(
     out: dict[str, list[float]] = {p: [] for p in prompts}
     for run in config.get("runs", []):
         usable = run.get("phase") == "measure" and run.get("error") is None
+        usable = usable and not run.get("invalid")
         if session is not None and run.get("session", 1) != session:
             continue
         if usable and run.get("tok_per_s") and run["prompt"] in out:

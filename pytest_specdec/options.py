@@ -61,6 +61,15 @@ def server_url(value: str) -> str:
     return value.rstrip("/")
 
 
+def gpu_list(value: str) -> tuple[int, ...]:
+    from pytest_specdec.gpu import GpuSelectionError, parse_gpu_list
+
+    try:
+        return tuple(parse_gpu_list(value))
+    except (GpuSelectionError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def probability(value: str) -> float:
     try:
         number = float(value)
@@ -302,6 +311,58 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             metavar="D",
             help="smallest change that counts (fraction); the threshold used is "
             f"max(D, 2 x between-session CV) (default: {DEFAULT_MIN_DELTA})",
+        ),
+    ),
+    (
+        "--specdec-gpus",
+        dict(
+            type=gpu_list,
+            default=None,
+            metavar="0,1,...",
+            help="NVML GPU indices to use; under pytest-xdist each worker owns one (default: "
+            "CUDA_VISIBLE_DEVICES, else all)",
+        ),
+    ),
+    (
+        "--specdec-require-gpu",
+        dict(
+            action="store_true",
+            help="fail at once when no NVIDIA GPU/NVML is usable (default: record gpu: null)",
+        ),
+    ),
+    (
+        "--specdec-telemetry-hz",
+        dict(
+            type=positive_float,
+            default=10.0,
+            metavar="HZ",
+            help="GPU telemetry sampling rate during each run (default: 10)",
+        ),
+    ),
+    (
+        "--specdec-no-cooldown",
+        dict(
+            action="store_true",
+            help="skip the cooldown gate (idle temperature + 5 C, no thermal bits) before boots",
+        ),
+    ),
+    (
+        "--specdec-cooldown-cap",
+        dict(
+            type=positive_float,
+            default=120.0,
+            metavar="S",
+            help="longest wait of the cooldown gate in seconds (default: 120)",
+        ),
+    ),
+    (
+        "--specdec-lock-clocks",
+        dict(
+            type=positive_int,
+            default=None,
+            metavar="MHZ",
+            help="lock the SM clock at MHZ for the session (root only); recorded in the "
+            "baseline key and always reset on exit",
         ),
     ),
 ]

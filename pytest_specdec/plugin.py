@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,9 @@ from pytest_specdec import options as opt
 from pytest_specdec.baselines import BaselineError
 from pytest_specdec.configs import ConfigError, SpecConfig, load_registry, split_names
 from pytest_specdec.engines import EngineNotInstalled
+from pytest_specdec.gpu import probe
+from pytest_specdec.gpu_hygiene import HygienePolicy
+from pytest_specdec.gpu_session import GpuOptions, GpuSession
 from pytest_specdec.judge import (
     MISMATCH,
     NO_BASELINE,
@@ -25,6 +29,7 @@ from pytest_specdec.judge import (
 )
 from pytest_specdec.launch import LaunchError, kill_all
 from pytest_specdec.report import terminal_summary, verdict_lines
+from pytest_specdec.results import ConfigRecord, merge_worker_results
 from pytest_specdec.runner import Runner, RunOptions, Server, resolve_configs
 from pytest_specdec.suitefile import load_suite_settings
 from pytest_specdec.workloads import Prompt, WorkloadError, load_workload
@@ -64,6 +69,27 @@ class SpecdecState:
         except (ConfigError, WorkloadError) as exc:
             raise pytest.UsageError(str(exc)) from None
         results: Path = getopt("--specdec-results")
+        workerinput = getattr(config, "workerinput", None)
+        self.worker_id: str | None = workerinput["workerid"] if workerinput else None
+        self.n_workers: int = int(workerinput["workercount"]) if workerinput else 1
+        if self.worker_id:  # each xdist worker writes its own file; the controller merges them
+            results = results.with_name(f"{results.stem}.{self.worker_id}{results.suffix}")
+        self.results_path: Path = getopt("--specdec-results")
+        self.gpu_options = GpuOptions(
+            gpus=getopt("--specdec-gpus"),
+            require=getopt("--specdec-require-gpu"),
+            hz=getopt("--specdec-telemetry-hz"),
+            cooldown=not getopt("--specdec-no-cooldown"),
+            lock_sm_mhz=getopt("--specdec-lock-clocks"),
+            policy=HygienePolicy(cooldown_cap_s=getopt("--specdec-cooldown-cap")),
+        )
+        if self.gpu_options.require:
+            available, reason = probe()
+            if not available:
+                raise pytest.UsageError(
+                    f"--specdec-require-gpu: no usable NVIDIA GPU here: {reason}; run on a GPU "
+                    "runner (check nvidia-smi and nvidia-ml-py) or drop --specdec-require-gpu"
+                )
         self.options = RunOptions(
             engine=engine,
             config_names=tuple(names),
@@ -91,11 +117,14 @@ class SpecdecState:
         )
         self.summary_lines: list[str] = []
         self._runner: Runner | None = None
+        self.merged: dict[str, Any] | None = None
+        self.started = time.time()
 
     @property
     def runner(self) -> Runner:
         if self._runner is None:
-            self._runner = Runner(self.options, self.registry, self.suite, self.workload)
+            gpu = GpuSession(self.gpu_options, self.worker_id, self.n_workers)
+            self._runner = Runner(self.options, self.registry, self.suite, self.workload, gpu=gpu)
         return self._runner
 
     @property
@@ -135,9 +164,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = metafunc.config.stash[STASH_KEY]
     if "specdec_slot" in metafunc.fixturenames:
         found = slots(state.configs, state.options.sessions)
-        metafunc.parametrize(
-            "specdec_slot", found, indirect=True, scope="session", ids=[s.id for s in found]
-        )
+        # xdist_group: under --dist loadgroup every test of a config runs on one worker.
+        params = [
+            pytest.param(s, id=s.id, marks=pytest.mark.xdist_group(s.config.name)) for s in found
+        ]
+        metafunc.parametrize("specdec_slot", params, indirect=True, scope="session")
     if "specdec_prompt" in metafunc.fixturenames:
         prompts = state.workload.prompts
         metafunc.parametrize("specdec_prompt", prompts, ids=[p.id for p in prompts])
@@ -227,8 +258,15 @@ def check_judgement(runner: Runner, name: str) -> Judgement:
     return judgement
 
 
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return config.pluginmanager.getplugin("dsession") is not None
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STASH_KEY, None)
+    if state is not None and _is_xdist_controller(session.config):
+        state.merged = merge_worker_results(state.results_path, state.started)
+        return
     if state is None or not state.used:
         return
     runner = state.runner
@@ -251,15 +289,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(STASH_KEY, None)
-    if state is None or not state.used:
+    if state is None:
         return
-    runner = state.runner
-    prompts = [p.id for p in runner.workload.prompts]
-    path = str(runner.options.results_path) if runner.options.results_path else None
-    lines = terminal_summary(runner.records, prompts, path)
+    if state.merged is not None:  # xdist controller: the workers' merged results
+        doc = state.merged
+        records = {c["name"]: ConfigRecord.from_dict(c) for c in doc["configs"]}
+        prompts = list(doc["workload"]["prompts"])
+        extra = [f"{v['config']}: {v['outcome']}: {v['message']}" for v in doc["verdicts"]]
+        lines = terminal_summary(records, prompts, str(state.results_path)) + extra
+    elif state.used:
+        runner = state.runner
+        prompts = [p.id for p in runner.workload.prompts]
+        path = str(runner.options.results_path) if runner.options.results_path else None
+        lines = terminal_summary(runner.records, prompts, path)
+        lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
+    else:
+        return
     if lines:
         terminalreporter.write_sep("=", "speculative decoding: output tok/s")
-        for line in lines + state.summary_lines:
+        for line in lines:
             terminalreporter.write_line(line)
 
 

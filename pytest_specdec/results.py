@@ -51,6 +51,7 @@ class RunRecord:
     session: int = 1
     started_at: str = field(default_factory=utc_now)
     gpu: dict[str, Any] | None = None
+    invalid: list[str] | None = None  # GPU hygiene reasons: kept, never averaged in
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -211,3 +212,26 @@ def load_results(path: Path) -> dict[str, Any]:
     if not isinstance(data.get("configs"), list):
         raise ResultsError(f"results file {path}: 'configs' must be a list")
     return data
+
+
+def merge_worker_results(path: Path, since: float) -> dict[str, Any] | None:
+    """Merge the per-worker files ``<stem>.gw*<suffix>`` written since ``since`` into ``path``.
+
+    Each config runs on one worker (xdist groups); verdicts and notes are concatenated. The
+    worker files are kept beside the merged one.
+    """
+    parts = sorted(
+        p for p in path.parent.glob(f"{path.stem}.gw*{path.suffix}") if p.stat().st_mtime >= since
+    )
+    if not parts:
+        return None
+    docs = [load_results(p) for p in parts]
+    merged = dict(docs[0])
+    merged["configs"] = [c for d in docs for c in d["configs"]]
+    merged["verdicts"] = [v for d in docs for v in d.get("verdicts", [])]
+    merged["notes"] = sorted({n for d in docs for n in d.get("notes", [])})
+    merged["workers"] = {p.name: {"gpu": d.get("gpu")} for p, d in zip(parts, docs, strict=True)}
+    merged["started_at"] = min(d["started_at"] for d in docs)
+    merged["finished_at"] = max(d["finished_at"] for d in docs)
+    atomic_write_json(path, merged)
+    return merged

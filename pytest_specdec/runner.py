@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ from pytest_specdec.client import ClientSettings, LoopThread, RequestFailed
 from pytest_specdec.configs import ConfigError, Registry, SpecConfig
 from pytest_specdec.engines import Engine, EngineNotInstalled, make_engine
 from pytest_specdec.engines.base import BootContext, LaunchSpec, RequestSpec, redact
+from pytest_specdec.gpu_session import GpuSession, RunWindow, telemetry_dict
+from pytest_specdec.gpu_telemetry import RunTelemetry
 from pytest_specdec.judge import Judgement, adjust, judge_baseline, judge_reference, update_baseline
 from pytest_specdec.launch import (
     EngineProcess,
@@ -105,6 +107,7 @@ class Server:
     process: EngineProcess | None = None
     warmed: bool = False
     session: int = 1
+    telemetry: list[RunTelemetry] = field(default_factory=list)
 
 
 def resolve_configs(
@@ -130,8 +133,10 @@ class Runner:
         suite: SuiteSettings,
         workload: Workload,
         transport: httpx.AsyncBaseTransport | None = None,
+        gpu: GpuSession | None = None,
     ) -> None:
         self.options = options
+        self.gpu_session = gpu
         self.registry = registry
         self.suite = suite
         self.workload = workload
@@ -142,7 +147,10 @@ class Runner:
         self.started_at = utc_now()
         self.loop = LoopThread()
         self._transport = transport
-        self.gpu: Any = None
+        self.gpu: Any = gpu.describe() if gpu is not None else None
+        self.notes: list[str] = []
+        if gpu is not None and not gpu.available:
+            self.notes.append(f"no GPU telemetry: {gpu.reason}")
         self.verdicts: list[Judgement] = []
 
     # --- boot -------------------------------------------------------------------------------
@@ -239,12 +247,18 @@ class Runner:
         if draft:
             record.models["draft"] = model_identity(draft)
         record.engine_version = engine.version()
+        if self.gpu_session is not None:
+            waited = self.gpu_session.before_config()
+            if waited is not None:
+                record.extra.setdefault("cooldown", []).append(waited)
         record.extra["engine_args"] = list(engine.settings.extra_args)
         timeout = self.options.startup_timeout_s or engine.settings.startup_timeout_s
         for attempt in range(PORT_RETRIES):
             port = free_port(self.options.host)
             ctx = BootContext(cfg, target, draft, self.options.host, port, self.options.api_key)
             spec = engine.build_command(ctx)
+            if self.gpu_session is not None:  # this worker's GPUs, unless the config pins its own
+                spec.env.update({**self.gpu_session.engine_env(), **spec.env})
             record.command, record.env = spec.redacted_argv(), spec.redacted_env()
             if attempt == 0 and self.options.lint and engine.name != "llamacpp":
                 self._lint_or_raise(cfg, engine, spec, record)
@@ -340,12 +354,23 @@ class Runner:
             session=server.session,
         )
         req = self.request_spec(prompt, server.model_name)
-        try:
-            self.loop.run(self._one(server, req, rec))
-        except Exception as exc:
-            rec.error = rec.error or f"{type(exc).__name__}: {exc}"
+        with self._telemetry_window() as window:
+            try:
+                self.loop.run(self._one(server, req, rec))
+            except Exception as exc:
+                rec.error = rec.error or f"{type(exc).__name__}: {exc}"
+        if window.telemetry is not None:
+            rec.gpu = telemetry_dict(window.telemetry, rec.output_tokens)
+            if phase == "measure":
+                server.telemetry.append(window.telemetry)
+                rec.invalid = self.gpu_session.invalid(window.telemetry, server.telemetry) or None  # type: ignore[union-attr]
         server.record.runs.append(rec)
         return rec
+
+    def _telemetry_window(self) -> contextlib.AbstractContextManager[RunWindow]:
+        if self.gpu_session is None:
+            return contextlib.nullcontext(RunWindow())
+        return self.gpu_session.window()
 
     def warmup(self, server: Server) -> list[RunRecord]:
         """One full-length request per prompt before anything is measured."""
@@ -359,8 +384,19 @@ class Runner:
         if self.options.warmup and not server.warmed:
             self.warmup(server)
         runs = [self.run_once(server, prompt, i, "measure") for i in range(self.options.runs)]
+        # Runs that GPU hygiene rules out (thermal or power-brake throttling, clock sag) are
+        # kept in the record, marked invalid, never averaged in; each is rerun, boundedly.
+        budget = self.gpu_session.options.policy.max_reruns if self.gpu_session else 0
+        index = len(runs)
+        while budget > 0 and any(r.invalid for r in runs) and self._valid(runs) < self.options.runs:
+            runs.append(self.run_once(server, prompt, index, "measure"))
+            index += 1
+            budget -= 1
         self.write_results()
         return runs
+
+    def _valid(self, runs: list[RunRecord]) -> int:
+        return sum(1 for r in runs if r.ok and not r.invalid)
 
     # --- judge ------------------------------------------------------------------------------
 
@@ -422,7 +458,7 @@ class Runner:
             },
             gpu=self.gpu,
             tool_version=__version__,
-            extra={"verdicts": [j.to_dict() for j in self.verdicts]},
+            extra={"verdicts": [j.to_dict() for j in self.verdicts], "notes": self.notes},
         )
 
     def write_results(self) -> None:
@@ -432,6 +468,8 @@ class Runner:
     def close(self) -> None:
         self.write_results()
         self.loop.close()
+        if self.gpu_session is not None:
+            self.gpu_session.close()
 
 
 def _port_clash(message: str) -> bool:

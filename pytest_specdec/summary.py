@@ -36,7 +36,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 def summarize(runs: Sequence[RunRecord]) -> CellSummary:
-    ok = [r for r in runs if r.ok and r.tok_per_s]
+    ok = [r for r in runs if r.ok and r.tok_per_s and not r.invalid]
     tps = [float(r.tok_per_s) for r in ok if r.tok_per_s]
     n = len(tps)
     mean = statistics.fmean(tps) if tps else None
