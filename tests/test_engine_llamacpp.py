@@ -191,3 +191,35 @@ def _health(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_xdist_workers_each_own_a_config(
+    suite_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    out = suite_project.path / "r.json"
+    result = suite_project.runpytest_subprocess(
+        "suites",
+        "-n",
+        "2",
+        "--dist",
+        "loadgroup",
+        "--spec-config",
+        "baseline,ngram",
+        "--specdec-runs",
+        "1",
+        "--specdec-no-warmup",
+        "--specdec-results",
+        str(out),
+        "-k",
+        "haiku or verdict",
+        *FAST,
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    data = _results(out)
+    assert sorted(c["name"] for c in data["configs"]) == ["baseline", "ngram"]
+    assert sorted(data["workers"]) == ["r.gw0.json", "r.gw1.json"]
+    per_worker = [_results(suite_project.path / w)["configs"] for w in data["workers"]]
+    assert sorted(len(c) for c in per_worker) == [1, 1]  # each config booted on one worker only
+    assert data["gpu"] is None and all(r["gpu"] is None for c in data["configs"] for r in c["runs"])
+    assert any(n.startswith("no GPU telemetry") for n in data["notes"])
+    assert processes_matching(str(models["target"])) == []

@@ -96,3 +96,37 @@ def test_help_shows_the_option_group(suite_project: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["*speculative-decoding benchmarks*", "*--spec-config=NAME*", "*--specdec-runs=N*"]
     )
+
+
+def test_require_gpu_refuses_clearly_without_one(suite_project: pytest.Pytester) -> None:
+    from pytest_specdec.gpu import probe
+
+    if probe()[0]:
+        pytest.skip("a GPU is present: the refusal cannot be shown here")
+    result = suite_project.runpytest_subprocess("suites", "--specdec-require-gpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--specdec-require-gpu: no usable NVIDIA GPU here: *"])
+
+
+def test_sessions_interleave_and_judge_once(suite_project: pytest.Pytester) -> None:
+    result = suite_project.runpytest_subprocess(
+        "suites",
+        "--collect-only",
+        "-q",
+        "--spec-config",
+        "baseline,ngram",
+        "--specdec-sessions",
+        "2",
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "*test_throughput[[]baseline-fibonacci[]]",
+            "*test_throughput[[]ngram-fibonacci[]]",
+            "*test_throughput[[]baseline@2-fibonacci[]]",
+            "*test_verdict[[]baseline@2[]]",
+            "*test_throughput[[]ngram@2-haiku[]]",
+            "*test_verdict[[]ngram@2[]]",
+            "22/24 tests collected (2 deselected)*",
+        ]
+    )
