@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 PR_SET_PDEATHSIG = 1
@@ -69,6 +70,20 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+class ServerProcess(Protocol):
+    """A started engine: a local process group or a container."""
+
+    argv: list[str]
+    log_path: Path
+    started_ns: int
+
+    def exited(self) -> int | None: ...
+
+    def failure(self, what: str) -> LaunchError: ...
+
+    def stop(self, grace_s: float = 10.0) -> int | None: ...
+
+
 @dataclass
 class EngineProcess:
     argv: list[str]
@@ -87,6 +102,9 @@ class EngineProcess:
         return LaunchError(
             f"{what}\n--- engine log {self.log_path} (tail) ---\n{log_tail(self.log_path)}"
         )
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        return stop_process(self, grace_s)
 
 
 def start_process(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> EngineProcess:
@@ -111,7 +129,7 @@ def start_process(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -
 
 
 def wait_ready(
-    proc: EngineProcess,
+    proc: ServerProcess,
     probe: Callable[[], bool],
     timeout_s: float,
     poll_s: float = 0.2,
@@ -128,7 +146,7 @@ def wait_ready(
         if probe():
             return (time.perf_counter_ns() - proc.started_ns) / 1e9
         if time.monotonic() >= deadline:
-            stop_process(proc)
+            proc.stop()
             raise proc.failure(f"engine not ready after {timeout_s:.0f} s (readiness timeout)")
         sleep(poll_s)
 

@@ -365,4 +365,42 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             "baseline key and always reset on exit",
         ),
     ),
+    (
+        "--specdec-launcher",
+        dict(
+            choices=("subprocess", "docker"),
+            default="subprocess",
+            help="how engines start: a local subprocess, or a container of "
+            "--specdec-docker-image through the docker SDK (default: subprocess)",
+        ),
+    ),
+    (
+        "--specdec-docker-image",
+        dict(
+            default=None,
+            metavar="IMAGE",
+            help="engine image for --specdec-launcher docker, e.g. lmsysorg/sglang:TAG or the "
+            "local pytest-specdec/llamacpp-cpu image from scripts/build-engine-image",
+        ),
+    ),
+    (
+        "--specdec-docker-network",
+        dict(
+            choices=("bridge", "host"),
+            default="bridge",
+            help="container networking: bridge publishes the port on 127.0.0.1 only (default)",
+        ),
+    ),
+    (
+        "--specdec-docker-shm",
+        dict(default="16g", metavar="SIZE", help="container /dev/shm size (default: 16g)"),
+    ),
+    (
+        "--specdec-docker-binary",
+        dict(
+            default=None,
+            metavar="PATH",
+            help="engine executable inside the image (default: llama-server, python3, vllm)",
+        ),
+    ),
 ]

@@ -15,6 +15,7 @@ import pytest
 from pytest_specdec import options as opt
 from pytest_specdec.baselines import BaselineError
 from pytest_specdec.configs import ConfigError, SpecConfig, load_registry, split_names
+from pytest_specdec.docker_launch import DockerSettings
 from pytest_specdec.engines import EngineNotInstalled
 from pytest_specdec.gpu import probe
 from pytest_specdec.gpu_hygiene import HygienePolicy
@@ -113,12 +114,33 @@ class SpecdecState:
             min_delta=getopt("--specdec-min-delta"),
             lint=not getopt("--specdec-no-lint"),
             sessions=getopt("--specdec-sessions"),
+            docker=self._docker_settings(getopt),
+            docker_binary=getopt("--specdec-docker-binary"),
             adaptive=getopt("--specdec-adaptive"),
         )
         self.summary_lines: list[str] = []
         self._runner: Runner | None = None
         self.merged: dict[str, Any] | None = None
         self.started = time.time()
+
+    @staticmethod
+    def _docker_settings(getopt: Any) -> DockerSettings | None:
+        if getopt("--specdec-launcher") != "docker":
+            return None
+        image = getopt("--specdec-docker-image")
+        if not image:
+            raise pytest.UsageError(
+                "--specdec-launcher docker needs --specdec-docker-image IMAGE (e.g. "
+                "pytest-specdec/llamacpp-cpu:11434.0.0 from ./scripts/build-engine-image)"
+            )
+        try:
+            return DockerSettings(
+                image=image,
+                network=getopt("--specdec-docker-network"),
+                shm_size=getopt("--specdec-docker-shm"),
+            )
+        except LaunchError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     @property
     def runner(self) -> Runner:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -20,17 +21,17 @@ import httpx
 from pytest_specdec import __version__
 from pytest_specdec.client import ClientSettings, LoopThread, RequestFailed
 from pytest_specdec.configs import ConfigError, Registry, SpecConfig
+from pytest_specdec.docker_launch import DockerSettings
 from pytest_specdec.engines import Engine, EngineNotInstalled, make_engine
 from pytest_specdec.engines.base import BootContext, LaunchSpec, RequestSpec, redact
 from pytest_specdec.gpu_session import GpuSession, RunWindow, telemetry_dict
 from pytest_specdec.gpu_telemetry import RunTelemetry
 from pytest_specdec.judge import Judgement, adjust, judge_baseline, judge_reference, update_baseline
 from pytest_specdec.launch import (
-    EngineProcess,
     LaunchError,
+    ServerProcess,
     free_port,
     start_process,
-    stop_process,
     wait_ready,
 )
 from pytest_specdec.lint import LintUnavailable
@@ -47,6 +48,8 @@ from pytest_specdec.suitefile import SuiteSettings, model_identity
 from pytest_specdec.workloads import Prompt, Workload
 
 PORT_RETRIES = 3
+# The engine's executable inside its image (the first argv element is replaced by it).
+DOCKER_BINARIES = {"llamacpp": "llama-server", "sglang": "python3", "vllm": "vllm"}
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class RunOptions:
     lint: bool = True
     sessions: int = 1
     adaptive: bool = False
+    docker: DockerSettings | None = None  # --specdec-launcher docker
+    docker_binary: str | None = None
 
     @property
     def policy(self) -> VerdictPolicy:
@@ -91,6 +96,11 @@ class RunOptions:
         out["api_key"] = "***" if self.api_key else None
         out["config_names"] = list(self.config_names)
         out["fail_on"] = list(self.fail_on)
+        out["docker"] = (
+            None
+            if self.docker is None
+            else {"image": self.docker.image, "network": self.docker.network}
+        )
         return out
 
 
@@ -104,7 +114,7 @@ class Server:
     client: httpx.AsyncClient
     record: ConfigRecord
     model_name: str | None = None
-    process: EngineProcess | None = None
+    process: ServerProcess | None = None
     warmed: bool = False
     session: int = 1
     telemetry: list[RunTelemetry] = field(default_factory=list)
@@ -241,12 +251,14 @@ class Runner:
         return server
 
     def _launch(self, cfg: SpecConfig, engine: Engine, record: ConfigRecord) -> Server:
-        engine.check_installed()
+        docker = self.options.docker
+        if docker is None:
+            engine.check_installed()
         target, draft = self._models_for(cfg)
         record.models = {"target": model_identity(target)}
         if draft:
             record.models["draft"] = model_identity(draft)
-        record.engine_version = engine.version()
+        record.engine_version = engine.version() if docker is None else f"image {docker.image}"
         if self.gpu_session is not None:
             waited = self.gpu_session.before_config()
             if waited is not None:
@@ -264,11 +276,11 @@ class Runner:
                 self._lint_or_raise(cfg, engine, spec, record)
             log_path = self.options.log_dir / f"{cfg.engine}-{cfg.name}-{port}.log"
             record.log_path = str(log_path)
-            proc = start_process(spec.argv, spec.env, log_path)
             base_url = f"http://{self.options.host}:{port}"
-            server = Server(cfg, engine, base_url, self._client(base_url), record, target, proc)
+            server = Server(cfg, engine, base_url, self._client(base_url), record, target)
             try:
-                record.boot_s = wait_ready(proc, self._probe(server), timeout)
+                server.process = self._start(cfg, spec, port, log_path, (target, draft))
+                record.boot_s = wait_ready(server.process, self._probe(server), timeout)
             except LaunchError as exc:
                 self._close_client(server)
                 if attempt + 1 < PORT_RETRIES and _port_clash(str(exc)):
@@ -278,6 +290,23 @@ class Runner:
             record.server_url = base_url
             return server
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start(
+        self, cfg: SpecConfig, spec: LaunchSpec, port: int, log_path: Path,
+        models: tuple[str, str | None],
+    ) -> ServerProcess:  # fmt: skip
+        """A subprocess, or with --specdec-launcher docker a container of the engine image."""
+        docker = self.options.docker
+        if docker is None:
+            return start_process(spec.argv, spec.env, log_path)
+        from pytest_specdec.docker_launch import start_container
+
+        binary = self.options.docker_binary or DOCKER_BINARIES.get(cfg.engine, spec.argv[0])
+        folders = {str(Path(m).parent) for m in models if m and Path(m).is_file()}
+        settings = replace(docker, volumes={**{f: f for f in folders}, **docker.volumes})
+        in_image = LaunchSpec([binary, *spec.argv[1:]], spec.env, spec.secrets)
+        name = f"specdec-{os.getpid()}-{cfg.name}-{port}"
+        return start_container(in_image, settings, self.options.host, port, log_path, name)
 
     def _lint_or_raise(
         self, cfg: SpecConfig, engine: Engine, spec: LaunchSpec, record: ConfigRecord
@@ -314,7 +343,7 @@ class Runner:
     def stop(self, server: Server) -> None:
         self._close_client(server)
         if server.process is not None:
-            code = stop_process(server.process)
+            code = server.process.stop()
             server.record.extra["exit_code"] = code
         self.write_results()
 
