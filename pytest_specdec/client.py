@@ -11,7 +11,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -106,13 +106,6 @@ def _describe_http_error(exc: httpx.HTTPError, timeout: float | None) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _sse_data(resp: httpx.Response) -> AsyncIterator[str]:
-    async for line in resp.aiter_lines():
-        line = line.strip()
-        if line.startswith("data:"):
-            yield line[5:].strip()
-
-
 async def stream_sse(
     client: httpx.AsyncClient,
     path: str,
@@ -131,29 +124,38 @@ async def stream_sse(
             if resp.status_code != 200:
                 body = (await resp.aread()).decode("utf-8", "replace")
                 raise RequestFailed(f"HTTP {resp.status_code} from {path}: {body[:300].strip()}")
-            async for data in _sse_data(resp):
+            async for line in resp.aiter_lines():
+                # After [DONE] the rest is read (not parsed) to the end of the response, so
+                # that the connection goes back to the pool instead of being closed.
+                data = line.strip()[5:].strip() if line.startswith("data:") else None
+                if out.done or data is None:
+                    continue
                 if data == "[DONE]":
-                    out.done = True
-                    break
-                try:
-                    event = json.loads(data)
-                except json.JSONDecodeError as exc:
-                    raise RequestFailed(
-                        f"malformed JSON in stream from {path}: {data[:120]!r}"
-                    ) from exc
-                if not isinstance(event, dict):
-                    raise RequestFailed(f"unexpected stream event from {path}: {data[:120]!r}")
-                if "error" in event:
-                    raise RequestFailed(f"server error in stream from {path}: {event['error']}")
-                if out.first_token_ns is None and has_content(event):
-                    out.first_token_ns = time.perf_counter_ns()
-                out.events.append(event)
+                    out.done, out.end_ns = True, time.perf_counter_ns()
+                    continue
+                _add_event(out, data, path, has_content)
     except httpx.HTTPError as exc:
-        raise RequestFailed(_describe_http_error(exc, timeout)) from exc
-    out.end_ns = time.perf_counter_ns()
+        if not out.done:
+            raise RequestFailed(_describe_http_error(exc, timeout)) from exc
     if not out.done:
         raise RequestFailed(f"stream from {path} ended before [DONE] ({len(out.events)} events)")
     return out
+
+
+def _add_event(
+    out: StreamOutcome, data: str, path: str, has_content: Callable[[dict[str, Any]], bool]
+) -> None:
+    try:
+        event = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise RequestFailed(f"malformed JSON in stream from {path}: {data[:120]!r}") from exc
+    if not isinstance(event, dict):
+        raise RequestFailed(f"unexpected stream event from {path}: {data[:120]!r}")
+    if "error" in event:
+        raise RequestFailed(f"server error in stream from {path}: {event['error']}")
+    if out.first_token_ns is None and has_content(event):
+        out.first_token_ns = time.perf_counter_ns()
+    out.events.append(event)
 
 
 async def post_json(client: httpx.AsyncClient, path: str, payload: Mapping[str, Any]) -> Any:

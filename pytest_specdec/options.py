@@ -403,4 +403,14 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             help="engine executable inside the image (default: llama-server, python3, vllm)",
         ),
     ),
+    (
+        "--specdec-lossless-fail-before",
+        dict(
+            type=non_negative_int,
+            default=32,
+            metavar="K",
+            help="lossless check: fail when greedy output diverges from the non-speculative "
+            "reference before token K; a later divergence is a warning (default: 32)",
+        ),
+    ),
 ]

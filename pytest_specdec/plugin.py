@@ -29,6 +29,7 @@ from pytest_specdec.judge import (
     failures,
 )
 from pytest_specdec.launch import LaunchError, kill_all
+from pytest_specdec.lossless import LosslessResult
 from pytest_specdec.report import terminal_summary, verdict_lines
 from pytest_specdec.results import ConfigRecord, merge_worker_results
 from pytest_specdec.runner import Runner, RunOptions, Server, resolve_configs
@@ -36,6 +37,7 @@ from pytest_specdec.suitefile import load_suite_settings
 from pytest_specdec.workloads import Prompt, WorkloadError, load_workload
 
 STASH_KEY = pytest.StashKey["SpecdecState"]()
+_STATES: dict[int, SpecdecState] = {}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -116,11 +118,14 @@ class SpecdecState:
             sessions=getopt("--specdec-sessions"),
             docker=self._docker_settings(getopt),
             docker_binary=getopt("--specdec-docker-binary"),
+            lossless_fail_before=getopt("--specdec-lossless-fail-before"),
             adaptive=getopt("--specdec-adaptive"),
         )
         self.summary_lines: list[str] = []
         self._runner: Runner | None = None
         self.merged: dict[str, Any] | None = None
+        self.needs_reference = False
+        self.lossless_lines: list[str] = []
         self.started = time.time()
 
     @staticmethod
@@ -147,6 +152,7 @@ class SpecdecState:
         if self._runner is None:
             gpu = GpuSession(self.gpu_options, self.worker_id, self.n_workers)
             self._runner = Runner(self.options, self.registry, self.suite, self.workload, gpu=gpu)
+            _STATES[id(self._runner)] = self
         return self._runner
 
     @property
@@ -159,6 +165,10 @@ def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "specdec_lossless: the test compares outputs with the non-speculative "
+        "reference, which is then made before the first config boots",
+    )  # fmt: skip
     config.stash[STASH_KEY] = SpecdecState(config)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         # SIGTERM unwinds like Ctrl-C: fixtures tear down, engines stop, results are written.
@@ -215,9 +225,20 @@ def specdec_config(specdec_slot: Slot) -> SpecConfig:
 
 
 @pytest.fixture(scope="session")
-def specdec_server(specdec: Runner, specdec_slot: Slot) -> Generator[Server, None, None]:
+def specdec_server(
+    request: pytest.FixtureRequest, specdec: Runner, specdec_slot: Slot
+) -> Generator[Server, None, None]:
     """One server per (config, session), booted once for all its tests, stopped after them."""
     cfg = specdec_slot.config
+    state = request.config.stash[STASH_KEY]
+    if state.needs_reference:
+        problem = None
+        try:
+            specdec.ensure_references()
+        except (LaunchError, ConfigError, EngineNotInstalled) as exc:
+            problem = f"lossless reference (target without speculation) failed: {exc}"
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
     if specdec_slot.session > 1:
         decided = specdec.decided(cfg.name)
         if decided is not None:
@@ -245,6 +266,8 @@ def specdec_prompt(request: pytest.FixtureRequest) -> Prompt:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Per-config tests (no prompt parameter, e.g. the verdict) run once, after the config's
     last session; their copies for earlier sessions are deselected."""
+    state = config.stash[STASH_KEY]
+    state.needs_reference = any(item.get_closest_marker("specdec_lossless") for item in items)
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
@@ -282,6 +305,19 @@ def check_judgement(runner: Runner, name: str) -> Judgement:
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
     return config.pluginmanager.getplugin("dsession") is not None
+
+
+def check_lossless(runner: Runner, result: LosslessResult) -> None:
+    """Fail on an early divergence; list a late one (a near-tie flip) in the summary."""
+    state = runner_state(runner)
+    if result.outcome != "identical" and state is not None:
+        state.lossless_lines.append(result.message)
+    if result.failed:
+        pytest.fail(result.message, pytrace=False)
+
+
+def runner_state(runner: Runner) -> SpecdecState | None:
+    return _STATES.get(id(runner))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -325,6 +361,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         path = str(runner.options.results_path) if runner.options.results_path else None
         lines = terminal_summary(runner.records, prompts, path)
         lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
+        if state.lossless_lines:
+            lines += ["lossless (greedy output vs the target without speculation):"]
+            lines += state.lossless_lines
     else:
         return
     if lines:

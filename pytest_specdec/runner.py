@@ -12,7 +12,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from pytest_specdec.launch import (
     wait_ready,
 )
 from pytest_specdec.lint import LintUnavailable
+from pytest_specdec.lossless import GreedyOutput, LosslessResult, compare
 from pytest_specdec.results import (
     ConfigRecord,
     RunRecord,
@@ -78,6 +79,7 @@ class RunOptions:
     lint: bool = True
     sessions: int = 1
     adaptive: bool = False
+    lossless_fail_before: int = 32
     docker: DockerSettings | None = None  # --specdec-launcher docker
     docker_binary: str | None = None
 
@@ -162,6 +164,8 @@ class Runner:
         if gpu is not None and not gpu.available:
             self.notes.append(f"no GPU telemetry: {gpu.reason}")
         self.verdicts: list[Judgement] = []
+        self.references: dict[tuple[str, str], dict[str, GreedyOutput]] = {}
+        self.reference_records: list[ConfigRecord] = []
 
     # --- boot -------------------------------------------------------------------------------
 
@@ -427,6 +431,69 @@ class Runner:
     def _valid(self, runs: list[RunRecord]) -> int:
         return sum(1 for r in runs if r.ok and not r.invalid)
 
+    # --- lossless ---------------------------------------------------------------------------
+
+    def _reference_key(self, cfg: SpecConfig) -> tuple[str, str]:
+        return cfg.engine, self._models_for(cfg)[0]
+
+    def ensure_references(self) -> None:
+        """Boot each target once without speculation and keep its greedy output per prompt.
+
+        Done before the first config boots, so two servers never share the accelerator."""
+        for cfg in self.configs:
+            if self.options.server_url:
+                return
+            key = self._reference_key(cfg)
+            if key in self.references:
+                continue
+            ref = SpecConfig(
+                name=f"reference-{cfg.engine}", engine=cfg.engine, model=key[1],
+                description="the target without speculation: the lossless reference",
+                source="lossless reference",
+            )  # fmt: skip
+            record = ConfigRecord(ref.name, ref.engine, ref.to_dict())
+            self.reference_records.append(record)
+            engine = self._engine_for(ref)
+            server = self._launch(ref, engine, record)
+            try:
+                outputs = {}
+                for prompt in self.workload.prompts:
+                    req = self.request_spec(prompt, server.model_name)
+                    outputs[prompt.id] = self.loop.run(engine.greedy(server.client, req))
+                record.extra["outputs"] = {k: asdict(v) for k, v in outputs.items()}
+                self.references[key] = outputs
+            finally:
+                self.stop(server)
+
+    def lossless(self, server: Server, prompt: Prompt) -> LosslessResult:
+        """Greedy output of ``server`` against the reference, first divergence located."""
+        key = self._reference_key(server.config)
+        if key not in self.references:
+            raise LaunchError(
+                "no lossless reference: it is made by booting the target without speculation "
+                "before the first config (not possible with --specdec-server-url)"
+            )
+        req = self.request_spec(prompt, server.model_name)
+        output = self.loop.run(server.engine.greedy(server.client, req))
+        result = compare(
+            server.config.name, prompt.id, self.references[key][prompt.id], output,
+            self.options.lossless_fail_before,
+        )  # fmt: skip
+        detok = getattr(server.engine, "detokenize", None)
+        if result.position is not None and result.unit == "token" and detok is not None:
+            ref_ids = self.references[key][prompt.id].token_ids or []
+            window = slice(max(0, result.position - 5), result.position + 5)
+            result = replace(
+                result,
+                reference_text=self.loop.run(detok(server.client, ref_ids[window])),
+                output_text=self.loop.run(detok(server.client, (output.token_ids or [])[window])),
+            )
+        entry = result.to_dict()
+        entry["full_output"] = output.text
+        server.record.extra.setdefault("lossless", {})[prompt.id] = entry
+        self.write_results()
+        return result
+
     # --- judge ------------------------------------------------------------------------------
 
     def judged_configs(self) -> list[str]:
@@ -454,7 +521,8 @@ class Runner:
         return self.judge(name, replace(base, alpha=base.alpha / m))
 
     def judge_all(self) -> list[Judgement]:
-        names = [n for n in self.judged_configs() if n in self.records]
+        measured = {n for n, r in self.records.items() if r.measured()}
+        names = [n for n in self.judged_configs() if n in measured]
         return adjust([self.judge(n) for n in names], self.options.policy)
 
     def update_baselines(self) -> list[str]:
@@ -487,7 +555,11 @@ class Runner:
             },
             gpu=self.gpu,
             tool_version=__version__,
-            extra={"verdicts": [j.to_dict() for j in self.verdicts], "notes": self.notes},
+            extra={
+                "verdicts": [j.to_dict() for j in self.verdicts],
+                "notes": self.notes,
+                "references": [r.to_dict() for r in self.reference_records],
+            },
         )
 
     def write_results(self) -> None:

@@ -223,3 +223,39 @@ def test_xdist_workers_each_own_a_config(
     assert data["gpu"] is None and all(r["gpu"] is None for c in data["configs"] for r in c["runs"])
     assert any(n.startswith("no GPU telemetry") for n in data["notes"])
     assert processes_matching(str(models["target"])) == []
+
+
+SYNTHETIC = """
+[configs.synthetic]
+engine = "llamacpp"
+draft = "draft"
+args = ["--spec-type", "draft-simple", "--spec-draft-n-max", "4", "--spec-synth-len", "3"]
+"""
+
+
+def test_lossless_identical_and_divergent(
+    suite_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    """Self-draft must reproduce the target exactly; a synthetic acceptance profile (which
+    accepts drafts regardless of the target, like a state leak would) must be caught early."""
+    extra = suite_project.makefile(".toml", extra=SYNTHETIC)
+    out = suite_project.path / "r.json"
+    result = suite_project.runpytest_subprocess(
+        "suites/test_lossless.py", "--specdec-config-file", str(extra),
+        "--spec-config", "self-draft-d16,synthetic", "--specdec-results", str(out),
+        "-k", "haiku", "--specdec-max-tokens", "16", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*synthetic/haiku: FAILS: output diverges from the non-speculative reference at token *"]
+    )
+    data = _results(out)
+    by_name = {c["name"]: c for c in data["configs"]}
+    assert {e["outcome"] for e in by_name["self-draft-d16"]["extra"]["lossless"].values()} == {
+        "identical"
+    }
+    haiku = by_name["synthetic"]["extra"]["lossless"]["haiku"]
+    assert haiku["outcome"] == "diverged" and haiku["unit"] == "token" and haiku["position"] < 16
+    assert haiku["reference_text"] and haiku["output_text"]  # detokenized context
+    assert [r["name"] for r in data["references"]] == ["reference-llamacpp"]
+    assert processes_matching(str(models["target"])) == []

@@ -15,9 +15,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from pytest_specdec.client import RequestFailed, StreamOutcome, get, stream_sse
+from pytest_specdec.client import RequestFailed, StreamOutcome, get, post_json, stream_sse
 from pytest_specdec.configs import SpecConfig
 from pytest_specdec.lint import Finding
+from pytest_specdec.lossless import GreedyOutput
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -84,6 +85,8 @@ class Engine(Protocol):
     def version(self) -> str | None: ...
 
     def lint(self, spec: LaunchSpec) -> list[Finding]: ...
+
+    async def greedy(self, client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput: ...
 
     async def is_ready(self, client: httpx.AsyncClient) -> bool: ...
 
@@ -215,3 +218,18 @@ def finite_or_none(value: Any) -> float | None:
     if isinstance(value, (int, float)) and math.isfinite(value):
         return float(value)
     return None
+
+
+async def greedy_chat(client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput:
+    """Greedy output as text through a non-streaming chat completion (no token ids)."""
+    payload = chat_payload(req, req.model)
+    payload["stream"] = False
+    payload.pop("stream_options")
+    body = await post_json(client, "/v1/chat/completions", payload)
+    try:
+        text = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise RequestFailed(
+            f"chat completion without choices[0].message.content: {body!r:.200}"
+        ) from exc
+    return GreedyOutput(text=str(text or ""))

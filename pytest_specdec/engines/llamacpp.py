@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_specdec.client import RequestFailed, get
+from pytest_specdec.client import RequestFailed, get, post_json
 from pytest_specdec.engines.base import (
     BootContext,
     EngineNotInstalled,
@@ -29,6 +29,7 @@ from pytest_specdec.engines.base import (
     stream_chat,
 )
 from pytest_specdec.lint import Finding, lint_by_help
+from pytest_specdec.lossless import GreedyOutput
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -153,6 +154,29 @@ class LlamaCppEngine:
             if "draft_n" in timings or rec.draft_tokens is None:
                 rec.draft_tokens = int(timings.get("draft_n", 0))
                 rec.accepted_tokens = int(timings.get("draft_n_accepted", 0))
+
+    async def greedy(self, client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput:
+        """Token ids and text: the chat template via ``/apply-template``, then ``/completion``."""
+        rendered = await post_json(client, "/apply-template", {"messages": req.messages})
+        prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+        if not isinstance(prompt, str):
+            raise RequestFailed(f"/apply-template returned no prompt: {rendered!r:.200}")
+        payload = {
+            "prompt": prompt, "n_predict": req.max_tokens, "temperature": 0.0,
+            "return_tokens": True, "cache_prompt": False,
+        }  # fmt: skip
+        body = await post_json(client, "/completion", payload)
+        tokens = body.get("tokens") if isinstance(body, dict) else None
+        if not isinstance(tokens, list):
+            raise RequestFailed(f"/completion returned no token ids: {body!r:.200}")
+        return GreedyOutput(text=str(body.get("content", "")), token_ids=[int(t) for t in tokens])
+
+    async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str | None:
+        try:
+            body = await post_json(client, "/detokenize", {"tokens": ids})
+        except RequestFailed:
+            return None
+        return str(body.get("content")) if isinstance(body, dict) else None
 
     async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
         return await fetch_metrics(client)

@@ -18,12 +18,14 @@ from pytest_specdec.engines.base import (
     LaunchSpec,
     RequestSpec,
     fetch_metrics,
+    greedy_chat,
     stream_chat,
 )
 from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.engines.vllm import VLLMEngine
 from pytest_specdec.lint import Finding
+from pytest_specdec.lossless import GreedyOutput
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -62,6 +64,9 @@ class OpenAIEngine:
         if isinstance(timings, dict) and "draft_n" in timings:
             rec.draft_tokens = int(timings["draft_n"])
             rec.accepted_tokens = int(timings.get("draft_n_accepted", 0))
+
+    async def greedy(self, client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput:
+        return await greedy_chat(client, req)
 
     async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
         return await fetch_metrics(client)

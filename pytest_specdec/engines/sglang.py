@@ -26,9 +26,11 @@ from pytest_specdec.engines.base import (
     counter_delta,
     fetch_metrics,
     finite_or_none,
+    greedy_chat,
     stream_chat,
 )
 from pytest_specdec.lint import Finding, lint_sglang
+from pytest_specdec.lossless import GreedyOutput
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -154,6 +156,9 @@ class SGLangEngine:
             rec.wall_s, rec.ttft_s = out.wall_s, out.ttft_s
         else:
             await stream_chat(client, req, rec)
+
+    async def greedy(self, client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput:
+        return await greedy_chat(client, req)
 
     async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
         return await fetch_metrics(client)

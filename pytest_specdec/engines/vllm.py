@@ -23,9 +23,11 @@ from pytest_specdec.engines.base import (
     accept_from_deltas,
     counter_delta,
     fetch_metrics,
+    greedy_chat,
     stream_chat,
 )
 from pytest_specdec.lint import Finding, lint_by_help
+from pytest_specdec.lossless import GreedyOutput
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -102,6 +104,9 @@ class VLLMEngine:
 
     async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
         await stream_chat(client, req, rec, model=req.model)
+
+    async def greedy(self, client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput:
+        return await greedy_chat(client, req)
 
     async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
         return await fetch_metrics(client)

@@ -1,0 +1,307 @@
+"""PNG charts of results and baseline history (matplotlib, imported lazily; Agg canvas).
+
+- :func:`results_chart`: output tok/s per prompt, one bar per config, 95% CI error bars, the
+  mean accept length written above each bar, and the suite geometric mean as a last group.
+- :func:`trend_chart`: the suite score (geometric mean over prompts) of every stored baseline
+  session over time, one line per baseline file (config), with a 95% CI bar per session and
+  the session's per-run suite values as dots.
+
+Without matplotlib both raise :class:`ChartsUnavailable`, which names the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import tempfile
+import textwrap
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from scipy import stats as sps
+
+from pytest_specdec.baselines import Baseline, BaselineError, load_baseline
+from pytest_specdec.export import hardware_label, prompt_names, records
+from pytest_specdec.export_markdown import excluded
+from pytest_specdec.summary import CellSummary, config_cells, suite_geomean
+
+PLOT_EXTRA = "pip install 'pytest-specdec[plot]'"
+DPI = 150
+COLORS = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb", "#000000")
+
+
+class ChartsUnavailable(ImportError):
+    """matplotlib is not installed; the message says how to install it."""
+
+
+def _mpl(module: str) -> Any:
+    """A matplotlib module, imported on first use (typed as Any: matplotlib is optional)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ChartsUnavailable(
+            f"PNG charts need matplotlib, which is not installed: {PLOT_EXTRA}"
+        ) from exc
+
+
+def _figure(width: float, height: float) -> Any:
+    """A matplotlib Figure on an Agg canvas (no pyplot, no global backend switch)."""
+    fig = _mpl("matplotlib.figure").Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    _mpl("matplotlib.backends.backend_agg").FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Write the PNG atomically (temp file in the same folder, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", metadata={"Software": "pytest-specdec"})
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a chart is an artefact to share
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# ------------------------------------------------------------------------------- results
+
+
+def _legend_label(name: str, verdict: Mapping[str, Any] | None, boot_failed: bool) -> str:
+    if boot_failed:
+        return f"{name} (boot failed)"
+    suite = (verdict or {}).get("suite")
+    if suite and suite.get("ratio") is not None:
+        return f"{name}: {verdict['outcome'] if verdict else ''} ({suite['ratio']:.3f}x)"
+    return f"{name}: {verdict['outcome']}" if verdict else name
+
+
+def _bar_group(
+    ax: Any,
+    x: Sequence[float],
+    width: float,
+    cells: Sequence[CellSummary | None],
+    excluded: Sequence[tuple[int, int]],
+    **style: str,
+) -> None:
+    """One config's bars; ``cells`` None: the server never booted (nothing was measured)."""
+    heights = [c.mean if c and c.mean is not None else 0.0 for c in cells]
+    errors = [c.ci_half if c and c.ci_half is not None else math.nan for c in cells]
+    error_style = {"elinewidth": 1, "ecolor": "#333333"}
+    ax.bar(x, heights, width, yerr=errors, capsize=3, error_kw=error_style, **style)
+    for xi, h, e, c, (failed, invalid) in zip(x, heights, errors, cells, excluded, strict=True):
+        missing = c is None or c.mean is None
+        counts = [f"{failed} failed"] * bool(failed) + [f"{invalid} invalid"] * bool(invalid)
+        if c is None:
+            note = "boot failed"
+        elif c.mean is None:
+            note = ", ".join(counts) or "not run"
+        else:
+            accept = [f"a {c.accept_length:.2f}"] if c.accept_length is not None else []
+            note = " ".join(accept + [f"({', '.join(counts)})"] * bool(counts))
+        if not note:
+            continue
+        ax.annotate(
+            note,
+            (xi, h + (0.0 if math.isnan(e) else e)),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            rotation=90 if missing or width < 0.2 else 0,
+            color="#aa0000" if missing else "#222222",
+        )
+
+
+def results_chart(results: Mapping[str, Any], path: Path) -> Path:
+    """Grouped bars: prompts (and the suite geomean) by config, 95% CI error bars, accept
+    length annotated. Returns ``path``."""
+    recs, prompts = records(results), prompt_names(results)
+    if not recs or not prompts:
+        raise ValueError("results document has no configs or no prompts: nothing to chart")
+    verdicts = {v.get("config"): v for v in results.get("verdicts") or []}
+    groups = [*prompts, "suite geomean"]
+    fig = _figure(max(7.0, 1.6 + 1.15 * len(groups) * max(1.0, len(recs) / 2.5)), 4.8)
+    ax = fig.add_subplot()
+    width = 0.8 / len(recs)
+    for i, rec in enumerate(recs):
+        boot_failed = bool(rec.error) and not rec.measured()
+        cells = config_cells(rec, prompts)
+        geo = suite_geomean(cells)
+        suite_cell = CellSummary(0, 0, geo, None, geo, None, None, None, None)
+        row: list[CellSummary | None] = [*(cells[p] for p in prompts), suite_cell]
+        row = [None] * len(row) if boot_failed else row
+        offset = (i - (len(recs) - 1) / 2) * width
+        label = _legend_label(rec.name, verdicts.get(rec.name), boot_failed)
+        color = COLORS[i % len(COLORS)]
+        counts = [excluded(rec.measured(p)) for p in prompts] + [(0, 0)]
+        xs = [g + offset for g in range(len(groups))]
+        _bar_group(ax, xs, width, row, counts, color=color, label=label)
+    ax.axvline(len(prompts) - 0.5, color="#999999", linewidth=0.8, linestyle=":")
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel("output tok/s (mean, 95% CI)")
+    ax.margins(y=0.12)
+    ax.grid(axis="y", linewidth=0.4, alpha=0.6)
+    ax.set_axisbelow(True)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    workload = (results.get("workload") or {}).get("name") or "workload"
+    options = results.get("options") or {}
+    engines = sorted({f"{r.engine} {r.engine_version}" for r in recs if r.engine_version})
+    ax.set_title(f"Output tok/s: {workload} on {hardware_label(results)}", fontsize=11)
+    note = (
+        f"{options.get('runs', '?')} measured runs per cell, max_tokens "
+        f"{options.get('max_tokens', '?')}, run {results.get('started_at', '?')}. "
+        "a = mean accept length (tokens per verify step); suite geomean = geometric mean over "
+        f"prompts. Engines: {'; '.join(engines) or 'versions unknown'}"
+    )
+    wrap = int(fig.get_figwidth() * 17)
+    fig.supxlabel(textwrap.fill(note, wrap, max_lines=3), fontsize=7, color="#555555")
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------------- trend
+
+
+def _baseline_files(paths: Sequence[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        out += sorted(p.rglob("*.json")) if p.is_dir() else [p]
+    return out
+
+
+def _load(path: Path) -> Baseline:
+    baseline = load_baseline(path)
+    if baseline is None:
+        raise BaselineError(f"baseline {path} does not exist; pass existing baseline JSON files")
+    return baseline
+
+
+def _session_point(session: Mapping[str, Any]) -> tuple[datetime, float, float, float] | None:
+    """(time, geometric mean, 95% CI low, high) of a session's suite score; None without one."""
+    suite, when = session.get("suite"), session.get("started_at") or session.get("added_at")
+    if not suite or not when:
+        return None
+    n, mean, sd = int(suite["n"]), float(suite["mean_log"]), float(suite["sd_log"])
+    half = float(sps.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if n >= 2 else 0.0
+    return (
+        datetime.fromisoformat(str(when)),
+        math.exp(mean),
+        math.exp(mean - half),
+        math.exp(mean + half),
+    )
+
+
+def _trend_label(baseline: Baseline, varying: set[str]) -> str:
+    key = baseline.key
+    parts = [str(key.get("config"))]
+    if "model" in varying:
+        parts.append(str(key.get("model_name") or key.get("model")))
+    if "hardware" in varying:
+        parts.append(str((key.get("hardware") or {}).get("name")))
+    if "engine" in varying:
+        parts.append(str(key.get("engine")))
+    return " · ".join(parts) + f" ({len(baseline.sessions)} sessions)"
+
+
+def _varying(baselines: Sequence[Baseline]) -> set[str]:
+    def fields(b: Baseline) -> dict[str, str]:
+        k = b.key
+        hw = (k.get("hardware") or {}).get("name")
+        return {"model": str(k.get("model_name")), "hardware": str(hw), "engine": str(k["engine"])}
+
+    values = [fields(b) for b in baselines]
+    return {f for f in ("model", "hardware", "engine") if len({v[f] for v in values}) > 1}
+
+
+def _spread_ties(times: Sequence[datetime]) -> list[datetime]:
+    """Server sessions of one run share its start time: shift repeats a little so each shows."""
+    step = ((max(times) - min(times)) or timedelta(hours=1)) / 150
+    seen: dict[datetime, int] = {}
+    out = []
+    for t in times:
+        seen[t] = seen.get(t, -1) + 1
+        out.append(t + seen[t] * step)
+    return out
+
+
+def _plot_trend(ax: Any, baseline: Baseline, label: str, color: str) -> int:
+    sessions = sorted(
+        (s for s in baseline.sessions if _session_point(s)),
+        key=lambda s: (str(s.get("started_at") or s.get("added_at")), int(s.get("session") or 1)),
+    )
+    points = [p for s in sessions if (p := _session_point(s))]
+    if not points:
+        return 0
+    xs, ys = _spread_ties([p[0] for p in points]), [p[1] for p in points]
+    err = [
+        [y - p[2] for y, p in zip(ys, points, strict=True)],
+        [p[3] - y for y, p in zip(ys, points, strict=True)],
+    ]
+    ax.errorbar(
+        xs,
+        ys,
+        yerr=err,
+        color=color,
+        marker="o",
+        markersize=4,
+        capsize=3,
+        linewidth=1.4,
+        label=label,
+    )
+    for x, s in zip(xs, sessions, strict=True):
+        runs = [float(v) for v in (s.get("suite") or {}).get("runs", [])]
+        ax.scatter([x] * len(runs), runs, s=10, color=color, alpha=0.5, linewidths=0)
+    previous = sessions[0].get("engine_version")
+    for x, s in zip(xs[1:], sessions[1:], strict=True):
+        if s.get("engine_version") != previous:
+            ax.axvline(x, color=color, linestyle=":", linewidth=0.8)
+            ax.annotate(
+                f"engine {s.get('engine_version')}"[:48],
+                (x, 1.0),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                fontsize=6,
+                va="top",
+                ha="right",
+            )
+            previous = s.get("engine_version")
+    return len(points)
+
+
+def trend_chart(baseline_files: Sequence[Path], path: Path) -> Path:
+    """The suite geometric mean per baseline session over time, one line per baseline file
+    (a folder stands for every ``*.json`` under it). Returns ``path``."""
+    files = _baseline_files(baseline_files)
+    if not files:
+        raise ValueError(f"no baseline files in {', '.join(map(str, baseline_files))}")
+    baselines = [_load(f) for f in files]
+    varying = _varying(baselines)
+    fig = _figure(9.0, 4.8)
+    ax = fig.add_subplot()
+    plotted = 0
+    for i, b in enumerate(baselines):
+        plotted += _plot_trend(ax, b, _trend_label(b, varying), COLORS[i % len(COLORS)])
+    if not plotted:
+        raise ValueError(f"no baseline session with a suite score in {', '.join(map(str, files))}")
+    dates = _mpl("matplotlib.dates")
+    locator = dates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator))
+    ax.set_ylabel("suite output tok/s (geometric mean)")
+    ax.grid(linewidth=0.4, alpha=0.6)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    keys = {(b.key.get("hardware") or {}).get("name") for b in baselines}
+    ax.set_title(f"Suite score per baseline session: {', '.join(map(str, keys))}", fontsize=11)
+    fig.supxlabel(
+        "line: geometric mean over prompts per server session, bar: its 95% CI, dots: per-run "
+        "suite values; dotted line: engine version changed",
+        fontsize=7,
+        color="#555555",
+    )
+    return _save(fig, path)

@@ -1,0 +1,304 @@
+"""Reports for CI from a results document: job-summary Markdown, pytest-benchmark JSON, and
+JUnit properties.
+
+Pure functions on the document that ``load_results`` returns (or ``Runner.document()``). They
+present what was recorded; the only numbers derived here are the per-cell summaries of
+:mod:`pytest_specdec.summary` (mean ± 95% CI, accept length) and, for pytest-benchmark, the
+seconds per output token of each run (1 / tok/s).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec.export_markdown import (
+    environment_details,
+    excluded,
+    failure_lines,
+    gpu_lines,
+    md,
+    ratio_text,
+    throughput_table,
+    verdict_section,
+)
+from pytest_specdec.judge import Judgement
+from pytest_specdec.results import ConfigRecord
+from pytest_specdec.summary import summarize
+
+# The pytest-benchmark JSON layout this module writes (read by pytest-benchmark >= 3.1).
+BENCHMARK_FORMAT_VERSION = "5.1.0"
+NULL = "null"
+
+
+def records(results: Mapping[str, Any]) -> list[ConfigRecord]:
+    return [ConfigRecord.from_dict(c) for c in results.get("configs", [])]
+
+
+def prompt_names(results: Mapping[str, Any]) -> list[str]:
+    """The workload's prompts in order; else the prompts seen in the runs."""
+    listed = (results.get("workload") or {}).get("prompts")
+    if listed:
+        return [str(p) for p in listed]
+    seen: dict[str, None] = {}
+    for config in results.get("configs", []):
+        for run in config.get("runs", []):
+            seen.setdefault(str(run.get("prompt")), None)
+    return list(seen)
+
+
+def hardware_label(results: Mapping[str, Any]) -> str:
+    gpu = results.get("gpu")
+    devices = gpu.get("devices") if isinstance(gpu, Mapping) else None
+    if devices:
+        return f"{len(devices)}x {devices[0].get('name') or 'unknown GPU'}"
+    host = results.get("host") or {}
+    return str(host.get("cpu_model") or host.get("machine") or "unknown host")
+
+
+# ------------------------------------------------------------------------------- Markdown
+
+
+def markdown_summary(results: Mapping[str, Any]) -> str:
+    """A GitHub-flavoured Markdown report of one results document (for the job summary)."""
+    recs, prompts = records(results), prompt_names(results)
+    workload = (results.get("workload") or {}).get("name") or "workload"
+    options = results.get("options") or {}
+    count = options.get("sessions") or 1
+    sessions = f" in each of {count} server sessions" if count > 1 else ""
+    notes = [f"- note: {md(n)}" for n in results.get("notes") or []]
+    out = [
+        f"## Speculative decoding: {md(workload)} on {md(hardware_label(results))}",
+        "",
+        f"{len(recs)} config(s) x {len(prompts)} prompt(s), {options.get('runs', '?')} measured "
+        f"run(s) per cell{sessions}, max_tokens {options.get('max_tokens', '?')}; "
+        f"{results.get('started_at', '?')} → {results.get('finished_at', '?')}.",
+        *(["", *notes] if notes else []),
+        "",
+        "### Output tok/s",
+        "",
+        "Mean ± 95% CI half-width over the successful measured runs; `acc` = mean accept "
+        "length (tokens per verify step) where the engine reports it; geomean = geometric mean "
+        "over prompts (the suite score). Failed runs and runs ruled out by GPU hygiene "
+        "(invalid) are counted, never averaged in.",
+        "",
+        throughput_table(recs, prompts),
+        "",
+        "### Verdicts (suite score)",
+        "",
+        *verdict_section(results.get("verdicts") or []),
+        "",
+        "### GPU health",
+        "",
+        *gpu_lines(recs),
+        "",
+        "### Failures",
+        "",
+        *failure_lines(recs),
+        "",
+        *environment_details(results, recs),
+    ]
+    return "\n".join(out) + "\n"
+
+
+def write_step_summary(
+    results: Mapping[str, Any], path: str | os.PathLike[str] | None = None
+) -> Path:
+    """Append the Markdown report to ``path`` (default ``$GITHUB_STEP_SUMMARY``); never truncate."""
+    target = path if path is not None else os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        raise ValueError(
+            "no step summary file: GITHUB_STEP_SUMMARY is not set (it is set inside GitHub "
+            "Actions jobs); pass a path explicitly"
+        )
+    out = Path(target)
+    with out.open("a", encoding="utf-8") as fh:
+        fh.write(markdown_summary(results) + "\n")
+    return out
+
+
+# ------------------------------------------------------------------------ pytest-benchmark
+
+
+def _quartiles(data: Sequence[float]) -> tuple[float, float]:
+    """Q1 and Q3 exactly as pytest-benchmark computes them (Wikipedia methods 2 and 3)."""
+    s, n = sorted(data), len(data)
+    if n == 1:
+        return s[0], s[0]
+    if n % 2 == 0:
+        return statistics.median(s[: n // 2]), statistics.median(s[n // 2 :])
+    k, r = n // 4, n % 4
+    if r == 1:
+        return 0.25 * s[k - 1] + 0.75 * s[k], 0.75 * s[3 * k] + 0.25 * s[3 * k + 1]
+    return 0.75 * s[k] + 0.25 * s[k + 1], 0.25 * s[3 * k + 1] + 0.75 * s[3 * k + 2]
+
+
+def benchmark_stats(data: Sequence[float]) -> dict[str, Any]:
+    """pytest-benchmark's ``stats`` block for a list of timings (one per round)."""
+    s, n = sorted(data), len(data)
+    mean, total = statistics.fmean(data), sum(data)
+    stddev = statistics.stdev(data) if n > 1 else 0.0
+    q1, q3 = _quartiles(data)
+    iqr = q3 - q1
+    low, high = q1 - 1.5 * iqr, q3 + 1.5 * iqr
+    hd_pos = bisect_right(s, high)
+    iqr_out = sum(1 for v in data if v < low or v > high)
+    sd_out = sum(1 for v in data if v < mean - stddev or v > mean + stddev)
+    return {
+        "min": s[0],
+        "max": s[-1],
+        "mean": mean,
+        "stddev": stddev,
+        "rounds": n,
+        "median": statistics.median(data),
+        "iqr": iqr,
+        "q1": q1,
+        "q3": q3,
+        "iqr_outliers": iqr_out,
+        "stddev_outliers": sd_out,
+        "outliers": f"{sd_out};{iqr_out}",
+        "ld15iqr": s[0] if n == 1 else s[bisect_left(s, low)],
+        "hd15iqr": s[0] if n == 1 else s[min(hd_pos, n - 1)],
+        "ops": n / total if total else 0,
+        "total": total,
+        "data": list(data),
+        "iterations": 1,
+    }
+
+
+def _machine_info(results: Mapping[str, Any]) -> dict[str, Any]:
+    host = results.get("host") or {}
+    gpu = results.get("gpu")
+    return {
+        "node": host.get("hostname"),
+        "processor": host.get("processor"),
+        "machine": host.get("machine"),
+        "python_version": host.get("python"),
+        "system": str(host.get("platform") or "").split("-")[0] or None,
+        "cpu": {"brand_raw": host.get("cpu_model"), "count": host.get("cpu_count")},
+        "gpu": gpu.get("devices") if isinstance(gpu, Mapping) else None,
+    }
+
+
+def _commit_info(results: Mapping[str, Any]) -> dict[str, Any]:
+    commit = (results.get("options") or {}).get("commit")
+    return {"id": commit or "unknown", "time": None, "author_time": None, "dirty": None}
+
+
+def _benchmark(rec: ConfigRecord, prompt: str, workload: str) -> dict[str, Any] | None:
+    runs = rec.measured(prompt)
+    data = [1.0 / float(r.tok_per_s) for r in runs if r.ok and r.tok_per_s and not r.invalid]
+    if not data:
+        return None
+    cell, (failed, invalid) = summarize(runs), excluded(runs)
+    param = f"{rec.name}-{prompt}"
+    return {
+        "group": prompt,
+        "name": f"test_throughput[{param}]",
+        "fullname": f"suites/test_throughput.py::test_throughput[{param}]",
+        "params": {"spec_config": rec.name, "prompt": prompt},
+        "param": param,
+        "extra_info": {
+            "unit": "seconds per output token (ops = output tok/s)",
+            "workload": workload,
+            "engine": rec.engine,
+            "engine_version": rec.engine_version,
+            "tok_per_s_mean": cell.mean,
+            "tok_per_s_ci95_half": cell.ci_half,
+            "accept_length": cell.accept_length,
+            "output_tokens_mean": cell.output_tokens,
+            "failed_runs": failed,
+            "invalid_runs": invalid,
+        },
+        "options": {"timer": "perf_counter_ns", "warmup": True, "min_rounds": len(runs)},
+        "stats": benchmark_stats(data),
+    }
+
+
+def _package_version(name: str, fallback: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return fallback
+
+
+def benchmark_json(
+    results: Mapping[str, Any], commit_info: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The results as a pytest-benchmark ``--benchmark-json`` document.
+
+    One benchmark per (config, prompt); the timed quantity is seconds per output token of each
+    successful measured run, so ``ops`` is output tok/s (the harmonic mean over runs). Cells
+    without a successful run are left out and listed under ``specdec.skipped`` with the cause.
+    """
+    workload = str((results.get("workload") or {}).get("name") or "workload")
+    benchmarks, skipped = [], []
+    for rec in records(results):
+        for prompt in prompt_names(results):
+            bench = _benchmark(rec, prompt, workload)
+            if bench is not None:
+                benchmarks.append(bench)
+                continue
+            runs = rec.measured(prompt)
+            errors = [r.error for r in runs if r.error]
+            invalid = ["GPU hygiene: " + "; ".join(r.invalid) for r in runs if r.invalid]
+            cause = rec.error or next(iter(errors + invalid), "not measured")
+            skipped.append({"config": rec.name, "prompt": prompt, "reason": cause})
+    return {
+        "machine_info": _machine_info(results),
+        "commit_info": dict(commit_info) if commit_info is not None else _commit_info(results),
+        "benchmarks": benchmarks,
+        "datetime": results.get("finished_at") or results.get("started_at"),
+        "version": _package_version("pytest-benchmark", BENCHMARK_FORMAT_VERSION),
+        "specdec": {
+            "tool_version": (results.get("tool") or {}).get("version"),
+            "unit": "seconds per output token",
+            "skipped": skipped,
+        },
+    }
+
+
+# ------------------------------------------------------------------------------------ JUnit
+
+
+def _text(value: float | int | None, fmt: str = ".3f") -> str:
+    return NULL if value is None else format(value, fmt)
+
+
+def junit_properties(
+    config_record: ConfigRecord | Mapping[str, Any],
+    prompt: str,
+    verdict: Judgement | Mapping[str, Any] | None,
+) -> list[tuple[str, str]]:
+    """``(name, value)`` pairs for ``record_property`` of one (config, prompt) test.
+
+    ``verdict`` is the config's judgement (or its ``to_dict()``); None before it is judged.
+    Unknown values read ``"null"``, never a stand-in zero.
+    """
+    rec = (
+        config_record
+        if isinstance(config_record, ConfigRecord)
+        else ConfigRecord.from_dict(config_record)
+    )
+    runs = rec.measured(prompt)
+    cell, (failed, invalid) = summarize(runs), excluded(runs)
+    j = verdict.to_dict() if isinstance(verdict, Judgement) else verdict
+    per_prompt = ((j or {}).get("prompts") or {}).get(prompt) or {}
+    return [
+        ("specdec_config", rec.name),
+        ("specdec_prompt", prompt),
+        ("specdec_tok_per_s_mean", _text(cell.mean)),
+        ("specdec_tok_per_s_ci95_half", _text(cell.ci_half)),
+        ("specdec_accept_length", _text(cell.accept_length)),
+        ("specdec_runs", str(cell.n)),
+        ("specdec_failed_runs", str(failed)),
+        ("specdec_invalid_runs", str(invalid)),
+        ("specdec_verdict", str(per_prompt.get("outcome") or NULL)),
+        ("specdec_ratio", ratio_text(per_prompt) if per_prompt else NULL),
+        ("specdec_suite_verdict", str(j.get("outcome")) if j else NULL),
+    ]

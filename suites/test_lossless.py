@@ -1,0 +1,21 @@
+"""Lossless check: at temperature 0 each config must emit what the target alone emits.
+
+    pytest suites/test_lossless.py --spec-config draft-d16,ngram
+
+The target is booted once without speculation before the first config, and its greedy output
+per prompt is the reference. Token ids are compared where the engine returns them. A
+divergence before --specdec-lossless-fail-before (32) fails; a later one is listed as a
+warning (batched verification may flip a floating-point near-tie).
+"""
+
+import pytest
+
+from pytest_specdec.plugin import check_lossless
+from pytest_specdec.runner import Runner, Server
+from pytest_specdec.workloads import Prompt
+
+pytestmark = pytest.mark.specdec_lossless
+
+
+def test_lossless(specdec: Runner, specdec_server: Server, specdec_prompt: Prompt) -> None:
+    check_lossless(specdec, specdec.lossless(specdec_server, specdec_prompt))
