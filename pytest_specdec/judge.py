@@ -390,3 +390,30 @@ __all__ = [
     "outcome_counts",
     "update_baseline",
 ]
+
+
+def indistinguishable(results: Mapping[str, Any], tolerance: float = 0.01) -> list[str]:
+    """Pairs of speculative configs whose accept length agrees within ``tolerance`` on every
+    prompt: e.g. two DDTree budgets that build the same chain. Such "different" configs are
+    worth a second look before their throughput difference is believed."""
+    prompts = _workload_prompts(results)
+    means = {
+        c["name"]: accept_means(c, prompts)
+        for c in results.get("configs", [])
+        if any(v is not None for v in accept_means(c, prompts).values())
+    }
+    out = []
+    names = sorted(means)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            pairs = [(means[a][p], means[b][p]) for p in prompts]
+            known = [(x, y) for x, y in pairs if x is not None and y is not None]
+            if len(known) == len(prompts) and all(
+                abs(x - y) <= tolerance * max(x, y) for x, y in known
+            ):
+                out.append(
+                    f"{a} and {b} are indistinguishable by acceptance (accept length within "
+                    f"{tolerance:.0%} on all {len(prompts)} prompts): check that they really "
+                    "differ (effective verify width / tree shape)"
+                )
+    return out

@@ -70,6 +70,18 @@ def gpu_list(value: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def int_list(value: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a comma list of whole numbers"
+        ) from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give client counts >= 1, e.g. 1,4,16")
+    return levels
+
+
 def probability(value: str) -> float:
     try:
         number = float(value)
@@ -411,6 +423,16 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             metavar="K",
             help="lossless check: fail when greedy output diverges from the non-speculative "
             "reference before token K; a later divergence is a warning (default: 32)",
+        ),
+    ),
+    (
+        "--specdec-concurrency",
+        dict(
+            type=int_list,
+            default=(1, 4, 16),
+            metavar="N,N,...",
+            help="client counts of the concurrency sweep (suites/test_concurrency.py); the "
+            "engine needs as many parallel slots (llama.cpp -np) (default: 1,4,16)",
         ),
     ),
 ]

@@ -27,6 +27,7 @@ from pytest_specdec.judge import (
     UNJUDGEABLE,
     Judgement,
     failures,
+    indistinguishable,
 )
 from pytest_specdec.launch import LaunchError, kill_all
 from pytest_specdec.lossless import LosslessResult
@@ -201,6 +202,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             pytest.param(s, id=s.id, marks=pytest.mark.xdist_group(s.config.name)) for s in found
         ]
         metafunc.parametrize("specdec_slot", params, indirect=True, scope="session")
+    if "specdec_clients" in metafunc.fixturenames:
+        levels = metafunc.config.getoption("--specdec-concurrency")
+        metafunc.parametrize("specdec_clients", levels, ids=[f"c{n}" for n in levels])
     if "specdec_prompt" in metafunc.fixturenames:
         prompts = state.workload.prompts
         metafunc.parametrize("specdec_prompt", prompts, ids=[p.id for p in prompts])
@@ -255,6 +259,12 @@ def specdec_server(
         yield server
     finally:
         specdec.stop(server)
+
+
+@pytest.fixture
+def specdec_clients(request: pytest.FixtureRequest) -> int:
+    """Concurrent clients of one sweep level (parametrized over --specdec-concurrency)."""
+    return int(request.param)
 
 
 @pytest.fixture
@@ -337,6 +347,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     runner.verdicts = judgements
     runner.write_results()
     state.summary_lines += verdict_lines(judgements)
+    state.summary_lines += [f"diagnosis: {line}" for line in indistinguishable(runner.document())]
     if runner.options.update_baselines:
         state.summary_lines += ["baseline update:", *runner.update_baselines()]
     found = failures(judgements, runner.options.fail_on)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+from pytest_specdec.concurrency import LevelResult
+from pytest_specdec.concurrency import table as sweep_table
 from pytest_specdec.judge import Judgement
 from pytest_specdec.results import ConfigRecord
 from pytest_specdec.summary import CellSummary, config_cells, suite_geomean
@@ -61,6 +64,14 @@ def terminal_summary(
         render_table(table_rows(list(records.values()), prompts)),
     ]
     for rec in records.values():
+        sweep = rec.extra.get("concurrency")
+        if sweep:
+            slots = sweep[-1].get("parallel_slots")
+            out.append(
+                f"{rec.name}: concurrency sweep (engine parallel slots: {slots or 'unknown'})"
+            )
+            out.append(render_table(sweep_rows(sweep)))
+    for rec in records.values():
         line = f"{rec.name}: engine {rec.engine_version or 'version unknown'}"
         if rec.boot_s is not None:
             line += f", ready in {rec.boot_s:.1f} s"
@@ -106,3 +117,9 @@ def verdict_lines(judgements: Sequence[Judgement]) -> list[str]:
             if v.outcome.value != "UNCHANGED":
                 out.append(f"{j.config}/{prompt}: {v.explanation}")
     return out
+
+
+def sweep_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
+    fields = set(LevelResult.__dataclass_fields__)
+    levels = [LevelResult(**{k: v for k, v in e.items() if k in fields}) for e in entries]
+    return sweep_table(sorted(levels, key=lambda lv: lv.level))

@@ -20,6 +20,7 @@ import httpx
 
 from pytest_specdec import __version__
 from pytest_specdec.client import ClientSettings, LoopThread, RequestFailed
+from pytest_specdec.concurrency import LevelResult, run_level, summarize_level
 from pytest_specdec.configs import ConfigError, Registry, SpecConfig
 from pytest_specdec.docker_launch import DockerSettings
 from pytest_specdec.engines import Engine, EngineNotInstalled, make_engine
@@ -358,15 +359,22 @@ class Runner:
         max_tokens = prompt.max_tokens or self.options.max_tokens
         return RequestSpec(prompt.id, messages, prompt.text(), max_tokens, model=model)
 
-    async def _one(self, server: Server, req: RequestSpec, rec: RunRecord) -> RunRecord:
-        engine, client = server.engine, server.client
-        before = await engine.spec_counters(client)
+    async def _request(self, server: Server, req: RequestSpec, rec: RunRecord) -> RunRecord:
+        """One request, bounded in time; any failure is recorded on ``rec``, never raised."""
         try:
-            await asyncio.wait_for(engine.request(client, req, rec), self.options.request_timeout_s)
+            await asyncio.wait_for(
+                server.engine.request(server.client, req, rec), self.options.request_timeout_s
+            )
         except RequestFailed as exc:
             rec.error = str(exc)
         except asyncio.TimeoutError:
             rec.error = f"request timed out after {self.options.request_timeout_s:.0f} s"
+        return rec
+
+    async def _one(self, server: Server, req: RequestSpec, rec: RunRecord) -> RunRecord:
+        engine, client = server.engine, server.client
+        before = await engine.spec_counters(client)
+        await self._request(server, req, rec)
         if rec.error is None and before is not None:
             after = await engine.spec_counters(client)
             if after is not None:
@@ -376,6 +384,11 @@ class Runner:
                     rec.accept_source = "metrics-delta"
                 if stats.get("verify_steps") is not None and rec.verify_steps is None:
                     rec.verify_steps = int(stats["verify_steps"] or 0)
+                per_pos = {k: v for k, v in stats.items() if k.startswith("accept_rate_pos")}
+                if per_pos:
+                    rec.extra["accept_rate_per_position"] = [
+                        per_pos[k] for k in sorted(per_pos, key=lambda k: int(k[15:]))
+                    ]
         return finalize_timings(rec)
 
     def run_once(self, server: Server, prompt: Prompt, run: int, phase: str) -> RunRecord:
@@ -412,6 +425,39 @@ class Runner:
         server.record.warmup_s = time.perf_counter() - start
         server.warmed = True
         return out
+
+    def sweep(self, server: Server, clients: int) -> LevelResult:
+        """``clients`` concurrent clients over the workload: aggregate tok/s, percentiles."""
+        if self.options.warmup and not server.warmed:
+            self.warmup(server)
+        prompts = self.workload.prompts
+        total = max(2 * clients, len(prompts))
+
+        async def send(index: int) -> RunRecord:
+            prompt = prompts[index % len(prompts)]
+            rec = RunRecord(
+                config=server.config.name, prompt=prompt.id, run=index, phase="concurrency",
+                session=server.session, extra={"clients": clients},
+            )  # fmt: skip
+            await self._request(server, self.request_spec(prompt, server.model_name), rec)
+            return finalize_timings(rec)
+
+        async def level() -> tuple[list[RunRecord], float, float | None]:
+            before = await server.engine.spec_counters(server.client)
+            records, wall = await run_level(clients, total, send)
+            after = await server.engine.spec_counters(server.client)
+            accept = None
+            if before is not None and after is not None:
+                accept = server.engine.accept_from_counters(before, after).get("accept_length")
+            return records, wall, accept
+
+        records, wall, accept = self.loop.run(level())
+        result = summarize_level(clients, records, wall, accept)
+        server.record.runs.extend(records)
+        entry = {**result.to_dict(), "parallel_slots": parallel_slots(server.record.command)}
+        server.record.extra.setdefault("concurrency", []).append(entry)
+        self.write_results()
+        return result
 
     def measure(self, server: Server, prompt: Prompt) -> list[RunRecord]:
         if self.options.warmup and not server.warmed:
@@ -585,3 +631,18 @@ def _port_clash(message: str) -> bool:
 def run_errors(runs: Iterable[RunRecord]) -> list[str]:
     """One line per failed run: what the test reports (an error is never averaged away)."""
     return [f"{r.config}/{r.prompt} run {r.run}: {r.error}" for r in runs if r.error is not None]
+
+
+SLOT_FLAGS = ("-np", "--parallel", "--max-running-requests", "--max-num-seqs")
+
+
+def parallel_slots(command: list[str] | None) -> int | None:
+    """The engine's parallel-slot / max-running setting from its command line (last wins)."""
+    found = None
+    for i, arg in enumerate(command or []):
+        if arg in SLOT_FLAGS and i + 1 < len(command or []):
+            try:
+                found = int((command or [])[i + 1])
+            except ValueError:
+                continue
+    return found

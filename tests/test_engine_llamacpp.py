@@ -94,6 +94,8 @@ def test_draft_config_reports_acceptance(
         r["accept_length"] > 1.0 and r["accept_source"] == "metrics-delta" for r in runs
     )
     assert all(r["draft_tokens"] > 0 and r["verify_steps"] > 0 for r in runs)
+    rates = runs[0]["extra"]["accept_rate_per_position"]
+    assert len(rates) == 4 and all(0 <= r <= 1 for r in rates)  # draft-d4: four positions
     assert "-md" in _results(out)["configs"][0]["command"]
 
 
@@ -259,3 +261,26 @@ def test_lossless_identical_and_divergent(
     assert haiku["reference_text"] and haiku["output_text"]  # detokenized context
     assert [r["name"] for r in data["references"]] == ["reference-llamacpp"]
     assert processes_matching(str(models["target"])) == []
+
+
+def test_concurrency_sweep_three_levels(
+    suite_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    slots = suite_project.makefile(
+        ".toml", slots='[configs.np4]\nengine = "llamacpp"\nargs = ["-np", "4", "-c", "8192"]\n'
+    )
+    out = suite_project.path / "r.json"
+    result = suite_project.runpytest_subprocess(
+        "suites/test_concurrency.py", "--specdec-config-file", str(slots), "--spec-config", "np4",
+        "--specdec-concurrency", "1,2,4", "--specdec-no-warmup", "--specdec-results", str(out),
+        *FAST,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*concurrency sweep (engine parallel slots: 4)*", "clients*out tok/s*"]
+    )
+    sweep = _results(out)["configs"][0]["extra"]["concurrency"]
+    assert [lv["level"] for lv in sweep] == [1, 2, 4]
+    assert all(lv["failed"] == 0 and lv["output_tok_per_s"] > 0 for lv in sweep)
+    assert all(lv["ttft_s"]["p50"] <= lv["ttft_s"]["p99"] for lv in sweep)
+    assert sweep[-1]["requests"] == 8 and sweep[-1]["parallel_slots"] == 4

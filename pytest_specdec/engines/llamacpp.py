@@ -10,6 +10,7 @@ Facts used: ``/health`` → ``{"status": "ok"}``; ``/v1/chat/completions`` strea
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ SETUP_HINT = "run ./scripts/setup (builds llama-server into ~/.cache/pytest-spec
 DRAFTS = "llamacpp:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
 ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
+PER_POS = re.compile(r'llamacpp:spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\}')
 
 
 def cache_root() -> Path:
@@ -184,8 +186,15 @@ class LlamaCppEngine:
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]
     ) -> dict[str, float | None]:
-        return accept_from_deltas(
+        out = accept_from_deltas(
             counter_delta(before, after, DRAFTS),
             counter_delta(before, after, ACCEPTED),
             counter_delta(before, after, DRAFT_TOKENS),
         )
+        drafts = out.get("verify_steps")
+        for key, value in after.items():  # acceptance per draft position: position 0 first
+            match = PER_POS.fullmatch(key)
+            if match and drafts:
+                accepted = value - before.get(key, 0.0)
+                out[f"accept_rate_pos{match.group(1)}"] = accepted / drafts
+        return out
