@@ -251,7 +251,9 @@ class RunTelemetry:
 
 def _energy(samples: Sequence[Sample]) -> tuple[float | None, str | None]:
     counted = [s.energy_mj for s in samples if s.energy_mj is not None]
-    if len(counted) >= 2 and counted[-1] >= counted[0]:
+    # The driver updates the energy counter coarsely: a short run can see no change at all
+    # while the GPU draws 150 W. A zero delta is "not measured", never 0 J.
+    if len(counted) >= 2 and counted[-1] > counted[0]:
         return (counted[-1] - counted[0]) / 1000.0, "counter"
     powered = [(s.t_ns, s.power_w) for s in samples if s.power_w is not None]
     if len(powered) < 2:

@@ -493,3 +493,14 @@ def test_nvml_is_initialised_once_and_shut_down(loaders: list[NvmlLoader]) -> No
     loaders[0].shutdown()
     loaders[0].shutdown()
     assert fake.shutdowns == 1
+
+
+def test_unchanged_energy_counter_falls_back_to_integrated_power() -> None:
+    """A short run can see no counter update while the GPU draws 150 W: never report 0 J."""
+    from pytest_specdec.gpu_telemetry import Sample, summarize_device
+
+    samples = [Sample(t_ns=k * 100_000_000, power_w=150.0, energy_mj=5_000) for k in range(5)]
+    dev = summarize_device(0, samples, start_ns=0, output_tokens=100)
+    assert dev.energy_source == "integrated_power"
+    assert dev.energy_j == pytest.approx(60.0)  # 150 W over 0.4 s
+    assert dev.energy_per_token_j == pytest.approx(0.6)
