@@ -93,7 +93,8 @@ def _bar_group(
     heights = [c.mean if c and c.mean is not None else 0.0 for c in cells]
     errors = [c.ci_half if c and c.ci_half is not None else math.nan for c in cells]
     error_style = {"elinewidth": 1, "ecolor": "#333333"}
-    ax.bar(x, heights, width, yerr=errors, capsize=3, error_kw=error_style, **style)
+    below = [min(e, h) for e, h in zip(errors, heights, strict=True)]  # tok/s is never < 0
+    ax.bar(x, heights, width, yerr=[below, errors], capsize=3, error_kw=error_style, **style)
     for xi, h, e, c, (failed, invalid) in zip(x, heights, errors, cells, excluded, strict=True):
         missing = c is None or c.mean is None
         counts = [f"{failed} failed"] * bool(failed) + [f"{invalid} invalid"] * bool(invalid)
@@ -219,18 +220,20 @@ def _varying(baselines: Sequence[Baseline]) -> set[str]:
     return {f for f in ("model", "hardware", "engine") if len({v[f] for v in values}) > 1}
 
 
-def _spread_ties(times: Sequence[datetime]) -> list[datetime]:
-    """Server sessions of one run share its start time: shift repeats a little so each shows."""
-    step = ((max(times) - min(times)) or timedelta(hours=1)) / 150
+def _spread(times: Sequence[datetime], step: timedelta, dodge: float) -> list[datetime]:
+    """Shift each line by ``dodge`` steps so equal times of several configs stay apart, and
+    repeats of one time (server sessions of one run share its start) by a step each."""
     seen: dict[datetime, int] = {}
     out = []
     for t in times:
         seen[t] = seen.get(t, -1) + 1
-        out.append(t + seen[t] * step)
+        out.append(t + (seen[t] + dodge) * step)
     return out
 
 
-def _plot_trend(ax: Any, baseline: Baseline, label: str, color: str) -> int:
+def _plot_trend(
+    ax: Any, baseline: Baseline, style: Mapping[str, str], step: timedelta, dodge: float
+) -> int:
     sessions = sorted(
         (s for s in baseline.sessions if _session_point(s)),
         key=lambda s: (str(s.get("started_at") or s.get("added_at")), int(s.get("session") or 1)),
@@ -238,7 +241,8 @@ def _plot_trend(ax: Any, baseline: Baseline, label: str, color: str) -> int:
     points = [p for s in sessions if (p := _session_point(s))]
     if not points:
         return 0
-    xs, ys = _spread_ties([p[0] for p in points]), [p[1] for p in points]
+    xs, ys = _spread([p[0] for p in points], step, dodge), [p[1] for p in points]
+    color = style["color"]
     err = [
         [y - p[2] for y, p in zip(ys, points, strict=True)],
         [p[3] - y for y, p in zip(ys, points, strict=True)],
@@ -247,12 +251,11 @@ def _plot_trend(ax: Any, baseline: Baseline, label: str, color: str) -> int:
         xs,
         ys,
         yerr=err,
-        color=color,
         marker="o",
         markersize=4,
         capsize=3,
         linewidth=1.4,
-        label=label,
+        **style,
     )
     for x, s in zip(xs, sessions, strict=True):
         runs = [float(v) for v in (s.get("suite") or {}).get("runs", [])]
@@ -284,9 +287,12 @@ def trend_chart(baseline_files: Sequence[Path], path: Path) -> Path:
     varying = _varying(baselines)
     fig = _figure(9.0, 4.8)
     ax = fig.add_subplot()
+    times = [p[0] for b in baselines for s in b.sessions if (p := _session_point(s))]
+    step = ((max(times) - min(times)) if times else timedelta(0)) or timedelta(hours=1)
     plotted = 0
     for i, b in enumerate(baselines):
-        plotted += _plot_trend(ax, b, _trend_label(b, varying), COLORS[i % len(COLORS)])
+        style = {"label": _trend_label(b, varying), "color": COLORS[i % len(COLORS)]}
+        plotted += _plot_trend(ax, b, style, step / 120, i - (len(baselines) - 1) / 2)
     if not plotted:
         raise ValueError(f"no baseline session with a suite score in {', '.join(map(str, files))}")
     dates = _mpl("matplotlib.dates")

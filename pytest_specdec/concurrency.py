@@ -13,9 +13,12 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.results import RunRecord
+from pytest_specdec.results import RunRecord, finalize_timings
+
+if TYPE_CHECKING:
+    from pytest_specdec.runner import Runner, Server
 
 Send = Callable[[int], Awaitable[RunRecord]]
 
@@ -109,3 +112,50 @@ def table(levels: Sequence[LevelResult]) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def sweep(runner: Runner, server: Server, clients: int) -> LevelResult:
+    """``clients`` concurrent clients over the workload: aggregate tok/s, percentiles."""
+    if runner.options.warmup and not server.warmed:
+        runner.warmup(server)
+    prompts = runner.workload.prompts
+    total = max(2 * clients, len(prompts))
+
+    async def send(index: int) -> RunRecord:
+        prompt = prompts[index % len(prompts)]
+        rec = RunRecord(
+            config=server.config.name, prompt=prompt.id, run=index, phase="concurrency",
+            session=server.session, extra={"clients": clients},
+        )  # fmt: skip
+        await runner._request(server, runner.request_spec(prompt, server.model_name), rec)
+        return finalize_timings(rec)
+
+    async def level() -> tuple[list[RunRecord], float, float | None]:
+        before = await server.engine.spec_counters(server.client)
+        records, wall = await run_level(clients, total, send)
+        after = await server.engine.spec_counters(server.client)
+        accept = None
+        if before is not None and after is not None:
+            accept = server.engine.accept_from_counters(before, after).get("accept_length")
+        return records, wall, accept
+
+    records, wall, accept = runner.loop.run(level())
+    result = summarize_level(clients, records, wall, accept)
+    server.record.runs.extend(records)
+    entry = {**result.to_dict(), "parallel_slots": parallel_slots(server.record.command)}
+    server.record.extra.setdefault("concurrency", []).append(entry)
+    runner.write_results()
+    return result
+
+
+SLOT_FLAGS = ("-np", "--parallel", "--max-running-requests", "--max-num-seqs")
+
+
+def parallel_slots(command: list[str] | None) -> int | None:
+    """The engine's parallel-slot / max-running setting from its command line (last wins)."""
+    args = command or []
+    found = None
+    for i, arg in enumerate(args[:-1]):
+        if arg in SLOT_FLAGS and args[i + 1].isdigit():
+            found = int(args[i + 1])
+    return found

@@ -54,6 +54,11 @@ class SpecdecState:
         getopt = config.getoption
         root = Path(str(config.rootpath))
         suite_path = getopt("--specdec-suite-file") or root / "suites" / "specdec.toml"
+        if getopt("--specdec-suite-file") and not suite_path.is_file():
+            raise pytest.UsageError(
+                f"--specdec-suite-file {suite_path} does not exist; give the path of a suite "
+                "TOML file (see suites/specdec.toml)"
+            )
         try:
             self.suite = load_suite_settings(suite_path)
             files = [p for p in (suite_path,) if p.exists()] + list(getopt("--specdec-config-file"))
@@ -204,7 +209,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("specdec_slot", params, indirect=True, scope="session")
     if "specdec_clients" in metafunc.fixturenames:
         levels = metafunc.config.getoption("--specdec-concurrency")
-        metafunc.parametrize("specdec_clients", levels, ids=[f"c{n}" for n in levels])
+        if levels is None:  # the sweep is opt-in: one skipped test says how to ask for it
+            marks = pytest.mark.skip(reason="no sweep requested: pass --specdec-concurrency 1,4,16")
+            metafunc.parametrize("specdec_clients", [pytest.param(0, marks=marks)], ids=["off"])
+        else:
+            metafunc.parametrize("specdec_clients", levels, ids=[f"c{n}" for n in levels])
     if "specdec_prompt" in metafunc.fixturenames:
         prompts = state.workload.prompts
         metafunc.parametrize("specdec_prompt", prompts, ids=[p.id for p in prompts])
@@ -317,13 +326,19 @@ def _is_xdist_controller(config: pytest.Config) -> bool:
     return config.pluginmanager.getplugin("dsession") is not None
 
 
-def check_lossless(runner: Runner, result: LosslessResult) -> None:
-    """Fail on an early divergence; list a late one (a near-tie flip) in the summary."""
+def check_lossless(runner: Runner, server: Server, prompt: Prompt) -> LosslessResult:
+    """Compare with the reference; fail on an early divergence, list a late one (a near-tie
+    flip) in the summary. Skipped for a server given by URL: no reference can be booted."""
+    if runner.options.server_url:
+        pytest.skip("lossless check needs the target booted without speculation as reference; "
+                    "not possible with --specdec-server-url")  # fmt: skip
+    result = runner.lossless(server, prompt)
     state = runner_state(runner)
     if result.outcome != "identical" and state is not None:
         state.lossless_lines.append(result.message)
     if result.failed:
         pytest.fail(result.message, pytrace=False)
+    return result
 
 
 def runner_state(runner: Runner) -> SpecdecState | None:

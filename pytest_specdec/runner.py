@@ -12,7 +12,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import httpx
 
 from pytest_specdec import __version__
 from pytest_specdec.client import ClientSettings, LoopThread, RequestFailed
-from pytest_specdec.concurrency import LevelResult, run_level, summarize_level
+from pytest_specdec.concurrency import LevelResult, sweep
 from pytest_specdec.configs import ConfigError, Registry, SpecConfig
 from pytest_specdec.docker_launch import DockerSettings
 from pytest_specdec.engines import Engine, EngineNotInstalled, make_engine
@@ -36,7 +36,8 @@ from pytest_specdec.launch import (
     wait_ready,
 )
 from pytest_specdec.lint import LintUnavailable
-from pytest_specdec.lossless import GreedyOutput, LosslessResult, compare
+from pytest_specdec.lossless import GreedyOutput, LosslessResult
+from pytest_specdec.reference import ensure_references, lossless
 from pytest_specdec.results import (
     ConfigRecord,
     RunRecord,
@@ -427,37 +428,8 @@ class Runner:
         return out
 
     def sweep(self, server: Server, clients: int) -> LevelResult:
-        """``clients`` concurrent clients over the workload: aggregate tok/s, percentiles."""
-        if self.options.warmup and not server.warmed:
-            self.warmup(server)
-        prompts = self.workload.prompts
-        total = max(2 * clients, len(prompts))
-
-        async def send(index: int) -> RunRecord:
-            prompt = prompts[index % len(prompts)]
-            rec = RunRecord(
-                config=server.config.name, prompt=prompt.id, run=index, phase="concurrency",
-                session=server.session, extra={"clients": clients},
-            )  # fmt: skip
-            await self._request(server, self.request_spec(prompt, server.model_name), rec)
-            return finalize_timings(rec)
-
-        async def level() -> tuple[list[RunRecord], float, float | None]:
-            before = await server.engine.spec_counters(server.client)
-            records, wall = await run_level(clients, total, send)
-            after = await server.engine.spec_counters(server.client)
-            accept = None
-            if before is not None and after is not None:
-                accept = server.engine.accept_from_counters(before, after).get("accept_length")
-            return records, wall, accept
-
-        records, wall, accept = self.loop.run(level())
-        result = summarize_level(clients, records, wall, accept)
-        server.record.runs.extend(records)
-        entry = {**result.to_dict(), "parallel_slots": parallel_slots(server.record.command)}
-        server.record.extra.setdefault("concurrency", []).append(entry)
-        self.write_results()
-        return result
+        """``clients`` concurrent clients over the workload (see concurrency.sweep)."""
+        return sweep(self, server, clients)
 
     def measure(self, server: Server, prompt: Prompt) -> list[RunRecord]:
         if self.options.warmup and not server.warmed:
@@ -479,66 +451,12 @@ class Runner:
 
     # --- lossless ---------------------------------------------------------------------------
 
-    def _reference_key(self, cfg: SpecConfig) -> tuple[str, str]:
-        return cfg.engine, self._models_for(cfg)[0]
-
     def ensure_references(self) -> None:
-        """Boot each target once without speculation and keep its greedy output per prompt.
-
-        Done before the first config boots, so two servers never share the accelerator."""
-        for cfg in self.configs:
-            if self.options.server_url:
-                return
-            key = self._reference_key(cfg)
-            if key in self.references:
-                continue
-            ref = SpecConfig(
-                name=f"reference-{cfg.engine}", engine=cfg.engine, model=key[1],
-                description="the target without speculation: the lossless reference",
-                source="lossless reference",
-            )  # fmt: skip
-            record = ConfigRecord(ref.name, ref.engine, ref.to_dict())
-            self.reference_records.append(record)
-            engine = self._engine_for(ref)
-            server = self._launch(ref, engine, record)
-            try:
-                outputs = {}
-                for prompt in self.workload.prompts:
-                    req = self.request_spec(prompt, server.model_name)
-                    outputs[prompt.id] = self.loop.run(engine.greedy(server.client, req))
-                record.extra["outputs"] = {k: asdict(v) for k, v in outputs.items()}
-                self.references[key] = outputs
-            finally:
-                self.stop(server)
+        """Greedy reference outputs of each target without speculation (see reference.py)."""
+        ensure_references(self)
 
     def lossless(self, server: Server, prompt: Prompt) -> LosslessResult:
-        """Greedy output of ``server`` against the reference, first divergence located."""
-        key = self._reference_key(server.config)
-        if key not in self.references:
-            raise LaunchError(
-                "no lossless reference: it is made by booting the target without speculation "
-                "before the first config (not possible with --specdec-server-url)"
-            )
-        req = self.request_spec(prompt, server.model_name)
-        output = self.loop.run(server.engine.greedy(server.client, req))
-        result = compare(
-            server.config.name, prompt.id, self.references[key][prompt.id], output,
-            self.options.lossless_fail_before,
-        )  # fmt: skip
-        detok = getattr(server.engine, "detokenize", None)
-        if result.position is not None and result.unit == "token" and detok is not None:
-            ref_ids = self.references[key][prompt.id].token_ids or []
-            window = slice(max(0, result.position - 5), result.position + 5)
-            result = replace(
-                result,
-                reference_text=self.loop.run(detok(server.client, ref_ids[window])),
-                output_text=self.loop.run(detok(server.client, (output.token_ids or [])[window])),
-            )
-        entry = result.to_dict()
-        entry["full_output"] = output.text
-        server.record.extra.setdefault("lossless", {})[prompt.id] = entry
-        self.write_results()
-        return result
+        return lossless(self, server, prompt)
 
     # --- judge ------------------------------------------------------------------------------
 
@@ -631,18 +549,3 @@ def _port_clash(message: str) -> bool:
 def run_errors(runs: Iterable[RunRecord]) -> list[str]:
     """One line per failed run: what the test reports (an error is never averaged away)."""
     return [f"{r.config}/{r.prompt} run {r.run}: {r.error}" for r in runs if r.error is not None]
-
-
-SLOT_FLAGS = ("-np", "--parallel", "--max-running-requests", "--max-num-seqs")
-
-
-def parallel_slots(command: list[str] | None) -> int | None:
-    """The engine's parallel-slot / max-running setting from its command line (last wins)."""
-    found = None
-    for i, arg in enumerate(command or []):
-        if arg in SLOT_FLAGS and i + 1 < len(command or []):
-            try:
-                found = int((command or [])[i + 1])
-            except ValueError:
-                continue
-    return found

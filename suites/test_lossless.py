@@ -18,4 +18,4 @@ pytestmark = pytest.mark.specdec_lossless
 
 
 def test_lossless(specdec: Runner, specdec_server: Server, specdec_prompt: Prompt) -> None:
-    check_lossless(specdec, specdec.lossless(specdec_server, specdec_prompt))
+    check_lossless(specdec, specdec_server, specdec_prompt)

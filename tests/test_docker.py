@@ -361,7 +361,8 @@ def test_plugin_boots_the_engine_in_a_container(
 ) -> None:
     out = suite_project.path / "r.json"
     result = suite_project.runpytest_subprocess(
-        "suites", "--specdec-launcher", "docker", "--specdec-docker-image", engine_image,
+        "suites/test_throughput.py", "--specdec-launcher", "docker",
+        "--specdec-docker-image", engine_image,
         "--spec-config", "baseline", "--specdec-runs", "1", "--specdec-max-tokens", "8",
         "--specdec-no-warmup", "--specdec-results", str(out), "-k", "haiku",
         "-p", "no:cacheprovider",

@@ -76,7 +76,7 @@ def test_draft_config_reports_acceptance(
 ) -> None:
     out = suite_project.path / "r.json"
     result = suite_project.runpytest_subprocess(
-        "suites",
+        "suites/test_throughput.py",
         "--spec-config",
         "draft-d4",
         "--specdec-runs",
@@ -107,7 +107,12 @@ def test_invalid_engine_flag_fails_fast_with_engine_error(
     )
     start = time.monotonic()
     result = suite_project.runpytest_subprocess(
-        "suites", "--specdec-config-file", str(bad), "--spec-config", "typo", *FAST
+        "suites/test_throughput.py",
+        "--specdec-config-file",
+        str(bad),
+        "--spec-config",
+        "typo",
+        *FAST,
     )
     elapsed = time.monotonic() - start
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -127,7 +132,7 @@ def test_missing_model_file_is_a_clear_error(
     suite_project: pytest.Pytester, models: dict[str, Path]
 ) -> None:
     result = suite_project.runpytest_subprocess(
-        "suites", "--specdec-model", "/nonexistent/model.gguf", *FAST
+        "suites/test_throughput.py", "--specdec-model", "/nonexistent/model.gguf", *FAST
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*target model file /nonexistent/model.gguf does not exist*"])
@@ -161,7 +166,7 @@ def test_external_server_is_measured_under_a_label(
         wait_ready(proc, lambda: _health(port), 60)
         out = suite_project.path / "r.json"
         result = suite_project.runpytest_subprocess(
-            "suites",
+            "suites/test_throughput.py",
             "--specdec-server-url",
             f"http://127.0.0.1:{port}",
             "--specdec-engine",
@@ -200,7 +205,7 @@ def test_xdist_workers_each_own_a_config(
 ) -> None:
     out = suite_project.path / "r.json"
     result = suite_project.runpytest_subprocess(
-        "suites",
+        "suites/test_throughput.py",
         "-n",
         "2",
         "--dist",

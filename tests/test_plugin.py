@@ -32,7 +32,7 @@ def test_bad_option_values_name_the_flag(
 
 def test_ids_read_config_then_prompt(suite_project: pytest.Pytester) -> None:
     result = suite_project.runpytest_subprocess(
-        "suites",
+        "suites/test_throughput.py",
         "--collect-only",
         "-q",
         "--spec-config",
@@ -110,7 +110,7 @@ def test_require_gpu_refuses_clearly_without_one(suite_project: pytest.Pytester)
 
 def test_sessions_interleave_and_judge_once(suite_project: pytest.Pytester) -> None:
     result = suite_project.runpytest_subprocess(
-        "suites",
+        "suites/test_throughput.py",
         "--collect-only",
         "-q",
         "--spec-config",

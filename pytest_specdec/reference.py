@@ -1,0 +1,80 @@
+"""The lossless reference: each target booted once without speculation, its greedy outputs
+kept, and every config's greedy output compared with them (see lossless.py for the policy)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING
+
+from pytest_specdec.configs import SpecConfig
+from pytest_specdec.launch import LaunchError
+from pytest_specdec.lossless import LosslessResult, compare
+from pytest_specdec.results import ConfigRecord
+
+if TYPE_CHECKING:
+    from pytest_specdec.runner import Runner, Server
+    from pytest_specdec.workloads import Prompt
+
+
+def _reference_key(runner: Runner, cfg: SpecConfig) -> tuple[str, str]:
+    return cfg.engine, runner._models_for(cfg)[0]
+
+
+def ensure_references(runner: Runner) -> None:
+    """Boot each target once without speculation and keep its greedy output per prompt.
+
+    Done before the first config boots, so two servers never share the accelerator."""
+    for cfg in runner.configs:
+        if runner.options.server_url:
+            return
+        key = _reference_key(runner, cfg)
+        if key in runner.references:
+            continue
+        ref = SpecConfig(
+            name=f"reference-{cfg.engine}", engine=cfg.engine, model=key[1],
+            description="the target without speculation: the lossless reference",
+            source="lossless reference",
+        )  # fmt: skip
+        record = ConfigRecord(ref.name, ref.engine, ref.to_dict())
+        runner.reference_records.append(record)
+        engine = runner._engine_for(ref)
+        server = runner._launch(ref, engine, record)
+        try:
+            outputs = {}
+            for prompt in runner.workload.prompts:
+                req = runner.request_spec(prompt, server.model_name)
+                outputs[prompt.id] = runner.loop.run(engine.greedy(server.client, req))
+            record.extra["outputs"] = {k: asdict(v) for k, v in outputs.items()}
+            runner.references[key] = outputs
+        finally:
+            runner.stop(server)
+
+
+def lossless(runner: Runner, server: Server, prompt: Prompt) -> LosslessResult:
+    """Greedy output of ``server`` against the reference, first divergence located."""
+    key = _reference_key(runner, server.config)
+    if key not in runner.references:
+        raise LaunchError(
+            "no lossless reference: it is made by booting the target without speculation "
+            "before the first config (not possible with --specdec-server-url)"
+        )
+    req = runner.request_spec(prompt, server.model_name)
+    output = runner.loop.run(server.engine.greedy(server.client, req))
+    result = compare(
+        server.config.name, prompt.id, runner.references[key][prompt.id], output,
+        runner.options.lossless_fail_before,
+    )  # fmt: skip
+    detok = getattr(server.engine, "detokenize", None)
+    if result.position is not None and result.unit == "token" and detok is not None:
+        ref_ids = runner.references[key][prompt.id].token_ids or []
+        window = slice(max(0, result.position - 5), result.position + 5)
+        result = replace(
+            result,
+            reference_text=runner.loop.run(detok(server.client, ref_ids[window])),
+            output_text=runner.loop.run(detok(server.client, (output.token_ids or [])[window])),
+        )
+    entry = result.to_dict()
+    entry["full_output"] = output.text
+    server.record.extra.setdefault("lossless", {})[prompt.id] = entry
+    runner.write_results()
+    return result
