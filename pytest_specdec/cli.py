@@ -1,4 +1,5 @@
-"""The ``specdec`` command: configs outside pytest (list, show). Thin: logic lives in modules."""
+"""The ``specdec`` command: configs, baselines, compare, reports, doctor. Thin: the logic lives
+in the modules it calls."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_specdec.cli_results import ERRORS as RESULT_ERRORS
+from pytest_specdec.cli_results import add_commands
 from pytest_specdec.configs import ConfigError, Registry, load_registry
+from pytest_specdec.doctor import run as run_doctor
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.engines.base import BootContext
 from pytest_specdec.lint import LintUnavailable
 from pytest_specdec.options import engine_name
-from pytest_specdec.suitefile import load_suite_settings
+from pytest_specdec.suitefile import SuiteSettings, load_suite_settings
 
 DEFAULT_SUITE = Path("suites/specdec.toml")
 
@@ -38,7 +42,7 @@ def cmd_configs_show(args: argparse.Namespace) -> int:
 def cmd_configs_lint(args: argparse.Namespace) -> int:
     """Check a config's flags against the installed engine; exit 1 on any finding."""
     cfg = _registry(args).resolve(args.name, args.engine or "llamacpp")
-    suite = load_suite_settings(DEFAULT_SUITE if DEFAULT_SUITE.exists() else None)
+    suite = _suite()
     engine = make_engine(cfg.engine, suite.engine_settings(cfg.engine))
     draft = "DRAFT_MODEL" if cfg.draft else None
     spec = engine.build_command(BootContext(cfg, "TARGET_MODEL", draft, "127.0.0.1", 30000))
@@ -75,14 +79,21 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("show", "lint"):
             p.add_argument("name", help="config name (engine:name or name within --engine)")
         p.set_defaults(func=func)
+    add_commands(sub)
+    doctor = sub.add_parser("doctor", help="engines, NVML and GPUs, docker: what is usable here")
+    doctor.set_defaults(func=lambda args: run_doctor(_suite()))
     return parser
+
+
+def _suite() -> SuiteSettings:
+    return load_suite_settings(DEFAULT_SUITE if DEFAULT_SUITE.exists() else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except ConfigError as exc:
+    except (ConfigError, *RESULT_ERRORS) as exc:
         print(f"specdec: error: {exc}", file=sys.stderr)
         return 2
 

@@ -379,7 +379,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         doc = state.merged
         records = {c["name"]: ConfigRecord.from_dict(c) for c in doc["configs"]}
         prompts = list(doc["workload"]["prompts"])
-        extra = [f"{v['config']}: {v['outcome']}: {v['message']}" for v in doc["verdicts"]]
+        extra = [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
         lines = terminal_summary(records, prompts, str(state.results_path)) + extra
     elif state.used:
         runner = state.runner

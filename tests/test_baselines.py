@@ -49,7 +49,8 @@ def results_doc(
                 for i in range(runs):
                     value = tps * shift * math.exp(rng.gauss(0, noise))
                     run_list.append(
-                        {"prompt": prompt, "run": i, "phase": "measure", "session": session,
+                        {"config": name, "prompt": prompt, "run": i, "phase": "measure",
+                         "session": session,
                          "error": None, "tok_per_s": value, "accept_length": 2.0}
                     )  # fmt: skip
         configs.append(

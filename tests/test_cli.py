@@ -48,3 +48,56 @@ def test_configs_lint_rejects_a_misspelled_llamacpp_flag(
         in out
     )
     assert main(["configs", "lint", "draft-d16"]) == 0
+
+
+def _write(path: object, doc: dict[str, object]) -> None:
+    import json
+    from pathlib import Path
+
+    Path(str(path)).write_text(json.dumps({"schema": 1, "finished_at": "x", **doc}))
+
+
+def test_baseline_update_show_and_compare(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    from test_baselines import results_doc
+
+    root = Path(str(tmp_path))
+    old = results_doc({"base": {"code": 100, "prose": 80}}, started="a")
+    new = results_doc({"base": {"code": 70, "prose": 56}}, seed=3, started="b")
+    _write(root / "old.json", old)
+    _write(root / "new.json", new)
+    assert (
+        main(["baseline", "update", str(root / "old.json"), "--baseline-dir", str(root / "bl")])
+        == 0
+    )
+    assert "0 → 1 sessions" in capsys.readouterr().out
+    assert main(["baseline", "show", "--baseline-dir", str(root / "bl")]) == 0
+    shown = capsys.readouterr().out
+    assert "base--m-gguf.json" in shown and "1" in shown
+    assert main(["compare", str(root / "old.json"), str(root / "new.json")]) == 1
+    assert "base: REGRESSED (provisional): 0.70" in capsys.readouterr().out
+    assert main(["compare", str(root / "old.json"), str(root / "old.json")]) == 0
+    assert main(["report", "markdown", str(root / "new.json")]) == 0
+    assert "| `base` |" in capsys.readouterr().out
+
+
+def test_corrupt_results_file_is_a_clear_error(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    bad = Path(str(tmp_path)) / "bad.json"
+    bad.write_text('{"schema": 1, "configs": [')
+    assert main(["baseline", "update", str(bad), "--baseline-dir", str(tmp_path)]) == 2
+    assert f"results file {bad} is not valid JSON" in capsys.readouterr().err
+    assert bad.read_text() == '{"schema": 1, "configs": ['
+
+
+def test_doctor_reports_every_part(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    for part in ("llama.cpp", "SGLang", "vLLM", "NVIDIA GPUs (NVML)", "Docker", "charts"):
+        assert part in out

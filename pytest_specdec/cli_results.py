@@ -1,0 +1,139 @@
+"""``specdec`` subcommands that work on results and baseline files (no engine needed):
+``baseline update|show``, ``compare``, ``report markdown|chart|trend|benchmark-json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec.baselines import BaselineError, load_baseline
+from pytest_specdec.judge import adjust, failures, judge_reference, update_baseline
+from pytest_specdec.report import render_table
+from pytest_specdec.results import ResultsError, atomic_write_json, load_results
+from pytest_specdec.stats import VerdictPolicy
+
+
+def baseline_update(args: argparse.Namespace) -> int:
+    """Append every config of a results file to its baseline; exit 1 if any was refused."""
+    results = load_results(args.results)
+    status = 0
+    for cfg in results["configs"]:
+        try:
+            print(update_baseline(results, cfg, args.baseline_dir, args.allow_mismatch))
+        except (BaselineError, ValueError, OSError) as exc:
+            print(f"{cfg['name']}: NOT UPDATED: {exc}")
+            status = 1
+    return status
+
+
+def baseline_show(args: argparse.Namespace) -> int:
+    """One row per baseline file: sessions, latest and mean suite tok/s, engine version."""
+    paths = sorted(p for p in args.baseline_dir.rglob("*.json") if not p.name.startswith("."))
+    rows = [["baseline", "sessions", "suite tok/s (last)", "suite tok/s (mean)", "engine", "last"]]
+    for path in paths:
+        baseline = load_baseline(path)
+        if baseline is None:
+            continue
+        history = baseline.suite_history()
+        last = f"{math.exp(history[-1].mean_log):.1f}" if history else "-"
+        mean = (
+            f"{math.exp(sum(h.mean_log for h in history) / len(history)):.1f}" if history else "-"
+        )
+        latest = baseline.sessions[-1] if baseline.sessions else {}
+        rows.append([
+            str(path.relative_to(args.baseline_dir)), str(len(baseline.sessions)), last, mean,
+            str(latest.get("engine_version") or "-"), str(latest.get("added_at") or "-"),
+        ])  # fmt: skip
+    if len(rows) == 1:
+        print(f"no baselines under {args.baseline_dir}")
+        return 0
+    print(render_table(rows))
+    return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    """The verdict engine on two results files: each config of NEW against the same in OLD."""
+    old, new = load_results(args.old), load_results(args.new)
+    old_hash, new_hash = (d["workload"].get("sha256") for d in (old, new))
+    if old_hash != new_hash:
+        print(f"specdec: error: the workloads differ (sha256 {old_hash} vs {new_hash}): "
+              "results of different prompt suites cannot be compared")  # fmt: skip
+        return 2
+    policy = VerdictPolicy(alpha=args.alpha, min_delta=args.min_delta)
+    before = {c["name"]: c for c in old["configs"]}
+    judged = [
+        judge_reference(new, cfg, before[cfg["name"]], policy)
+        for cfg in new["configs"]
+        if cfg["name"] in before
+    ]
+    judged = adjust(judged, policy)
+    for j in judged:
+        print(f"{j.config}: {j.message}")
+        for note in j.notes:
+            print(f"{j.config}: note: {note}")
+    missing = sorted(set(c["name"] for c in new["configs"]) - set(before))
+    if missing:
+        print(f"not in {args.old}: {', '.join(missing)}")
+    found = failures(judged, args.fail_on)
+    return 1 if found else 0
+
+
+def report(args: argparse.Namespace) -> int:
+    from pytest_specdec import export
+
+    if args.kind == "trend":
+        from pytest_specdec.charts import trend_chart
+
+        *inputs, out = args.paths
+        trend_chart([Path(p) for p in inputs], Path(out))
+        print(out)
+        return 0
+    results: dict[str, Any] = load_results(Path(args.paths[0]))
+    if args.kind == "markdown":
+        print(export.markdown_summary(results))
+    elif args.kind == "benchmark-json":
+        atomic_write_json(Path(args.paths[1]), export.benchmark_json(results))
+        print(args.paths[1])
+    else:
+        from pytest_specdec.charts import results_chart
+
+        results_chart(results, Path(args.paths[1]))
+        print(args.paths[1])
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register the subcommands on the ``specdec`` argument parser."""
+    base = sub.add_parser("baseline", help="update or show stored baselines").add_subparsers(
+        dest="action", required=True
+    )
+    upd = base.add_parser("update", help="append a results file's sessions to the baselines")
+    upd.add_argument("results", type=Path)
+    upd.add_argument("--allow-mismatch", action="store_true")
+    upd.set_defaults(func=baseline_update)
+    show = base.add_parser("show", help="list baseline files and their history")
+    show.set_defaults(func=baseline_show)
+    for p in (upd, show):
+        p.add_argument("--baseline-dir", type=Path, default=Path("baselines"))
+
+    cmp = sub.add_parser("compare", help="judge NEW.json against OLD.json (same verdict engine)")
+    cmp.add_argument("old", type=Path)
+    cmp.add_argument("new", type=Path)
+    cmp.add_argument("--alpha", type=float, default=VerdictPolicy().alpha)
+    cmp.add_argument("--min-delta", type=float, default=VerdictPolicy().min_delta)
+    cmp.add_argument("--fail-on", nargs="*", default=["regressed"])
+    cmp.set_defaults(func=compare)
+
+    rep = sub.add_parser("report", help="Markdown, charts and pytest-benchmark JSON")
+    rep.add_argument("kind", choices=("markdown", "chart", "trend", "benchmark-json"))
+    rep.add_argument(
+        "paths", nargs="+",
+        help="markdown: RESULTS; chart/benchmark-json: RESULTS OUT; trend: BASELINES... OUT.png",
+    )  # fmt: skip
+    rep.set_defaults(func=report)
+
+
+ERRORS = (ResultsError, BaselineError, json.JSONDecodeError)
