@@ -435,4 +435,32 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             "unless given); the engine needs as many parallel slots (llama.cpp -np), e.g. 1,4,16",
         ),
     ),
+    (
+        "--specdec-markdown",
+        dict(
+            type=Path,
+            default=None,
+            metavar="PATH",
+            help="write the Markdown report here (it is also appended to $GITHUB_STEP_SUMMARY "
+            "when that is set)",
+        ),
+    ),
+    (
+        "--specdec-benchmark-json",
+        dict(
+            type=Path,
+            default=None,
+            metavar="PATH",
+            help="write a pytest-benchmark-compatible JSON (one benchmark per config x prompt)",
+        ),
+    ),
+    (
+        "--specdec-chart",
+        dict(
+            type=Path,
+            default=None,
+            metavar="PATH.png",
+            help="write a PNG chart: configs x prompts with 95% CI bars (needs matplotlib)",
+        ),
+    ),
 ]

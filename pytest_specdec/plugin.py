@@ -32,7 +32,7 @@ from pytest_specdec.judge import (
 from pytest_specdec.launch import LaunchError, kill_all
 from pytest_specdec.lossless import LosslessResult
 from pytest_specdec.report import terminal_summary, verdict_lines
-from pytest_specdec.results import ConfigRecord, merge_worker_results
+from pytest_specdec.results import ConfigRecord, atomic_write_json, merge_worker_results
 from pytest_specdec.runner import Runner, RunOptions, Server, resolve_configs
 from pytest_specdec.suitefile import load_suite_settings
 from pytest_specdec.workloads import Prompt, WorkloadError, load_workload
@@ -349,6 +349,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STASH_KEY, None)
     if state is not None and _is_xdist_controller(session.config):
         state.merged = merge_worker_results(state.results_path, state.started)
+        if state.merged is not None:
+            state.summary_lines += write_reports(session.config, state.merged)
         return
     if state is None or not state.used:
         return
@@ -365,10 +367,36 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state.summary_lines += [f"diagnosis: {line}" for line in indistinguishable(runner.document())]
     if runner.options.update_baselines:
         state.summary_lines += ["baseline update:", *runner.update_baselines()]
+    if state.worker_id is None:  # reports come from the process that sees every config
+        state.summary_lines += write_reports(session.config, runner.document())
     found = failures(judgements, runner.options.fail_on)
     if found and session.exitstatus == pytest.ExitCode.OK:
         state.summary_lines += ["FAILED after Holm across configs:", *found]
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def write_reports(config: pytest.Config, doc: dict[str, Any]) -> list[str]:
+    """Markdown (file and GitHub step summary), pytest-benchmark JSON, chart: as asked."""
+    from pytest_specdec import export
+
+    lines = []
+    markdown: Path | None = config.getoption("--specdec-markdown")
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(export.markdown_summary(doc) + "\n", encoding="utf-8")
+        lines.append(f"markdown report: {markdown}")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        lines.append(f"step summary: {export.write_step_summary(doc)}")
+    bench: Path | None = config.getoption("--specdec-benchmark-json")
+    if bench is not None:
+        atomic_write_json(bench, export.benchmark_json(doc))
+        lines.append(f"pytest-benchmark JSON: {bench}")
+    chart: Path | None = config.getoption("--specdec-chart")
+    if chart is not None:
+        from pytest_specdec.charts import results_chart
+
+        lines.append(f"chart: {results_chart(doc, chart)}")
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

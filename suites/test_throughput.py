@@ -5,21 +5,35 @@
 
 Each config boots once; every prompt is measured --specdec-runs times after a warmup pass.
 Then the config's suite score (geometric mean over prompts) is judged against its stored
-baseline, or against --specdec-reference: REGRESSED fails, a missing baseline skips.
+baseline, or against --specdec-reference: REGRESSED fails, a missing baseline skips. The
+numbers are attached to each test as JUnit properties (--junitxml).
 """
 
+from collections.abc import Callable
+
+import pytest
+
+from pytest_specdec.export import junit_properties
 from pytest_specdec.plugin import check_judgement
 from pytest_specdec.runner import Runner, Server, run_errors
 from pytest_specdec.workloads import Prompt
 
+Record = Callable[[str, object], None]
 
-def test_throughput(specdec: Runner, specdec_server: Server, specdec_prompt: Prompt) -> None:
+
+def test_throughput(
+    specdec: Runner, specdec_server: Server, specdec_prompt: Prompt, record_property: Record
+) -> None:
     runs = specdec.measure(specdec_server, specdec_prompt)
+    for name, value in junit_properties(specdec_server.record, specdec_prompt.id, None):
+        record_property(name, value)
     errors = run_errors(runs)
     assert not errors, "\n".join(errors)
 
 
-def test_verdict(specdec: Runner, specdec_server: Server) -> None:
+def test_verdict(specdec: Runner, specdec_server: Server, record_property: Record) -> None:
     if specdec_server.config.name == specdec.options.reference:
-        return  # the reference is what the others are judged against
-    check_judgement(specdec, specdec_server.config.name)
+        pytest.skip("the reference config: the others are judged against it")
+    judgement = check_judgement(specdec, specdec_server.config.name)
+    record_property("specdec_verdict", judgement.outcome)
+    record_property("specdec_explanation", judgement.message)
