@@ -460,7 +460,7 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             type=Path,
             default=None,
             metavar="PATH.png",
-            help="write a PNG chart: configs x prompts with 95% CI bars (needs matplotlib)",
+            help="write a PNG chart: configs x prompts with 95%% CI bars (needs matplotlib)",
         ),
     ),
 ]

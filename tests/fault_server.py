@@ -30,10 +30,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.launch import processes_matching
-
 FAULTS = ("ok", "http500", "malformed", "cut", "zero", "stall")
 CHAT = "/v1/chat/completions"
+ENGINE = "llama-server"
 
 
 def _event(data: dict[str, Any] | str) -> bytes:
@@ -156,12 +155,14 @@ class FaultServer:
         self._thread.join(10)
 
 
-def _links(pid: int) -> list[str]:
-    out = []
+def _links(pid: int) -> tuple[list[str], list[str]]:
+    """The working directory and the stdout/stderr targets of ``pid`` (those readable)."""
+    found: dict[str, str] = {}
     for name in ("cwd", "fd/1", "fd/2"):
         with contextlib.suppress(OSError):
-            out.append(os.readlink(f"/proc/{pid}/{name}"))
-    return out
+            found[name] = os.readlink(f"/proc/{pid}/{name}")
+    cwd = [found["cwd"]] if "cwd" in found else []
+    return cwd, [v for k, v in found.items() if k != "cwd"]
 
 
 def engine_pids(root: Path, needle: str = "") -> list[int]:
@@ -169,15 +170,27 @@ def engine_pids(root: Path, needle: str = "") -> list[int]:
     with ``needle``, only those whose log file name contains it (e.g. ``-baseline-``)."""
     prefix = str(root.resolve())
     found = []
-    for pid in processes_matching("llama-server"):
-        links = _links(pid)
-        if not any(link.startswith(prefix) for link in links):
+    for pid in _engine_processes():
+        cwd, logs = _links(pid)
+        if not any(link.startswith(prefix) for link in [*cwd, *logs]):
             continue
-        if needle and not any(needle in Path(link).name for link in links[1:]):
+        if needle and not any(needle in Path(link).name for link in logs):
             continue
         if _state(pid) not in ("Z", None):  # a zombie is dead, only not yet reaped
             found.append(pid)
     return found
+
+
+def _engine_processes() -> list[int]:
+    """PIDs of every ``llama-server`` process (its executable's name, whatever its path).
+
+    Not :func:`pytest_specdec.launch.processes_matching`: that skips every command line with
+    "pytest" in it, and so every engine installed under ``~/.cache/pytest-specdec``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and Path(cmdline(int(entry.name)).split(" ")[0]).name == ENGINE:
+            out.append(int(entry.name))
+    return out
 
 
 def _state(pid: int) -> str | None:
