@@ -14,34 +14,29 @@ from urllib.parse import urlparse
 ENGINE_CHOICES = ("llamacpp", "sglang", "vllm", "openai")
 
 
-def positive_int(value: str) -> int:
+def _parse_number(value: str, kind: type[int] | type[float], low: float, strict: bool) -> Any:
+    """``value`` as ``kind``, at least ``low`` (above it when ``strict``), else a clear error."""
     try:
-        number = int(value)
+        number = kind(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number; give e.g. 5") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
+        what = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{value!r} is not {what}; give e.g. 5") from None
+    if number < low or (strict and number == low):
+        bound = f"greater than {low:g}" if strict else f"at least {low:g}"
+        raise argparse.ArgumentTypeError(f"{value!r} must be {bound}")
     return number
+
+
+def positive_int(value: str) -> int:
+    return int(_parse_number(value, int, 1, strict=False))
 
 
 def non_negative_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number; give e.g. 0") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be 0 or more")
-    return number
+    return int(_parse_number(value, int, 0, strict=False))
 
 
 def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number; give e.g. 120") from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be greater than 0")
-    return number
+    return float(_parse_number(value, float, 0.0, strict=True))
 
 
 def engine_name(value: str) -> str:

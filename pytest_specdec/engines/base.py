@@ -233,3 +233,49 @@ async def greedy_chat(client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutp
             f"chat completion without choices[0].message.content: {body!r:.200}"
         ) from exc
     return GreedyOutput(text=str(text or ""))
+
+
+def apply_timings(final: Mapping[str, Any], rec: RunRecord, absent_is_zero: bool = True) -> None:
+    """llama.cpp-style ``timings`` of the last chunk: drafted and accepted tokens. llama.cpp
+    omits them when it drafted nothing (0); for another server absence means unknown."""
+    timings = final.get("timings")
+    if isinstance(timings, dict) and (absent_is_zero or "draft_n" in timings):
+        rec.extra["timings"] = timings
+        rec.draft_tokens = int(timings.get("draft_n", 0))
+        rec.accepted_tokens = int(timings.get("draft_n_accepted", 0))
+
+
+def finish_spec(argv: list[str], ctx: BootContext, settings: EngineSettings) -> LaunchSpec:
+    """Add the API key (kept out of every record as a secret) and the environment."""
+    secrets: tuple[str, ...] = ()
+    if ctx.api_key:
+        argv = [*argv, "--api-key", ctx.api_key]
+        secrets = (ctx.api_key,)
+    return LaunchSpec(argv=argv, env={**settings.env, **ctx.config.env}, secrets=secrets)
+
+
+class EngineBase:
+    """What most adapters share: settings, readiness by status 200, OpenAI chat streaming,
+    greedy output as text, Prometheus counters. Adapters override what differs."""
+
+    name = "base"
+    readiness_path = "/health"
+
+    def __init__(self, settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
+
+    async def is_ready(self, client: httpx.AsyncClient) -> bool:
+        try:
+            resp = await get(client, self.readiness_path)
+        except RequestFailed:
+            return False
+        return resp.status_code == 200
+
+    async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
+        await stream_chat(client, req, rec)
+
+    async def greedy(self, client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput:
+        return await greedy_chat(client, req)
+
+    async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
+        return await fetch_metrics(client)

@@ -21,12 +21,14 @@ import httpx
 from pytest_specdec.client import RequestFailed, get, post_json
 from pytest_specdec.engines.base import (
     BootContext,
+    EngineBase,
     EngineNotInstalled,
     LaunchSpec,
     RequestSpec,
     accept_from_deltas,
+    apply_timings,
     counter_delta,
-    fetch_metrics,
+    finish_spec,
     stream_chat,
 )
 from pytest_specdec.lint import Finding, lint_by_help
@@ -65,12 +67,9 @@ def find_binary(settings: EngineSettings) -> Path | None:
     return cached[0] if cached else None
 
 
-class LlamaCppEngine:
+class LlamaCppEngine(EngineBase):
     name = "llamacpp"
     readiness_path = "/health"
-
-    def __init__(self, settings: EngineSettings | None = None) -> None:
-        self.settings = settings or EngineSettings()
 
     def check_installed(self) -> None:
         settings = self.settings
@@ -102,12 +101,7 @@ class LlamaCppEngine:
         if ctx.draft_model:
             argv += ["-md", ctx.draft_model]
         argv += [*self.settings.extra_args, *ctx.config.args]
-        secrets: tuple[str, ...] = ()
-        if ctx.api_key:
-            argv += ["--api-key", ctx.api_key]
-            secrets = (ctx.api_key,)
-        env = {**self.settings.env, **ctx.config.env}
-        return LaunchSpec(argv=argv, env=env, secrets=secrets)
+        return finish_spec(argv, ctx, self.settings)
 
     def version(self) -> str | None:
         settings = self.settings
@@ -149,13 +143,7 @@ class LlamaCppEngine:
         return isinstance(body, dict) and body.get("status") == "ok"
 
     async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
-        final = await stream_chat(client, req, rec)
-        timings = final.get("timings")
-        if isinstance(timings, dict):
-            rec.extra["timings"] = timings
-            if "draft_n" in timings or rec.draft_tokens is None:
-                rec.draft_tokens = int(timings.get("draft_n", 0))
-                rec.accepted_tokens = int(timings.get("draft_n_accepted", 0))
+        apply_timings(await stream_chat(client, req, rec), rec)
 
     async def greedy(self, client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput:
         """Token ids and text: the chat template via ``/apply-template``, then ``/completion``."""
@@ -179,9 +167,6 @@ class LlamaCppEngine:
         except RequestFailed:
             return None
         return str(body.get("content")) if isinstance(body, dict) else None
-
-    async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
-        return await fetch_metrics(client)
 
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]

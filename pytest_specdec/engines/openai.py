@@ -11,31 +11,25 @@ from collections.abc import Mapping
 
 import httpx
 
-from pytest_specdec.client import RequestFailed, get
 from pytest_specdec.engines.base import (
     BootContext,
+    EngineBase,
     EngineNotInstalled,
     LaunchSpec,
     RequestSpec,
-    fetch_metrics,
-    greedy_chat,
+    apply_timings,
     stream_chat,
 )
 from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.engines.vllm import VLLMEngine
 from pytest_specdec.lint import Finding
-from pytest_specdec.lossless import GreedyOutput
 from pytest_specdec.results import RunRecord
-from pytest_specdec.suitefile import EngineSettings
 
 
-class OpenAIEngine:
+class OpenAIEngine(EngineBase):
     name = "openai"
     readiness_path = "/v1/models"
-
-    def __init__(self, settings: EngineSettings | None = None) -> None:
-        self.settings = settings or EngineSettings()
 
     def check_installed(self) -> None:
         return None
@@ -51,25 +45,8 @@ class OpenAIEngine:
     def lint(self, spec: LaunchSpec) -> list[Finding]:
         return []
 
-    async def is_ready(self, client: httpx.AsyncClient) -> bool:
-        try:
-            resp = await get(client, self.readiness_path)
-        except RequestFailed:
-            return False
-        return resp.status_code == 200
-
     async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
-        final = await stream_chat(client, req, rec)
-        timings = final.get("timings")
-        if isinstance(timings, dict) and "draft_n" in timings:
-            rec.draft_tokens = int(timings["draft_n"])
-            rec.accepted_tokens = int(timings.get("draft_n_accepted", 0))
-
-    async def greedy(self, client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput:
-        return await greedy_chat(client, req)
-
-    async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
-        return await fetch_metrics(client)
+        apply_timings(await stream_chat(client, req, rec), rec, absent_is_zero=False)
 
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]

@@ -20,17 +20,16 @@ import httpx
 from pytest_specdec.client import RequestFailed, get, stream_sse
 from pytest_specdec.engines.base import (
     BootContext,
+    EngineBase,
     EngineNotInstalled,
     LaunchSpec,
     RequestSpec,
     counter_delta,
-    fetch_metrics,
+    finish_spec,
     finite_or_none,
-    greedy_chat,
     stream_chat,
 )
 from pytest_specdec.lint import Finding, lint_sglang
-from pytest_specdec.lossless import GreedyOutput
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -84,12 +83,9 @@ def apply_meta_info(meta: Mapping[str, Any], rec: RunRecord) -> None:
         rec.finish_reason = str(finish.get("type"))
 
 
-class SGLangEngine:
+class SGLangEngine(EngineBase):
     name = "sglang"
     readiness_path = "/health_generate"
-
-    def __init__(self, settings: EngineSettings | None = None) -> None:
-        self.settings = settings or EngineSettings()
 
     def check_installed(self) -> None:
         settings = self.settings
@@ -116,11 +112,7 @@ class SGLangEngine:
         if ctx.draft_model:
             argv += ["--speculative-draft-model-path", ctx.draft_model]
         argv += [*self.settings.extra_args, *ctx.config.args]
-        secrets: tuple[str, ...] = ()
-        if ctx.api_key:
-            argv += ["--api-key", ctx.api_key]
-            secrets = (ctx.api_key,)
-        return LaunchSpec(argv=argv, env={**self.settings.env, **ctx.config.env}, secrets=secrets)
+        return finish_spec(argv, ctx, self.settings)
 
     def version(self) -> str | None:
         settings = self.settings
@@ -136,13 +128,6 @@ class SGLangEngine:
         """The command line through the installed SGLang's own argument parser."""
         return lint_sglang(spec.argv[0], spec.argv[3:])
 
-    async def is_ready(self, client: httpx.AsyncClient) -> bool:
-        try:
-            resp = await get(client, self.readiness_path)
-        except RequestFailed:
-            return False
-        return resp.status_code == 200
-
     async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
         if self.settings.api == "native":
             out = await stream_sse(
@@ -156,12 +141,6 @@ class SGLangEngine:
             rec.wall_s, rec.ttft_s = out.wall_s, out.ttft_s
         else:
             await stream_chat(client, req, rec)
-
-    async def greedy(self, client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput:
-        return await greedy_chat(client, req)
-
-    async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
-        return await fetch_metrics(client)
 
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]

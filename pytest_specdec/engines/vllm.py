@@ -12,23 +12,16 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
-from pytest_specdec.client import RequestFailed, get
 from pytest_specdec.engines.base import (
     BootContext,
+    EngineBase,
     EngineNotInstalled,
     LaunchSpec,
-    RequestSpec,
     accept_from_deltas,
     counter_delta,
-    fetch_metrics,
-    greedy_chat,
-    stream_chat,
+    finish_spec,
 )
 from pytest_specdec.lint import Finding, lint_by_help
-from pytest_specdec.lossless import GreedyOutput
-from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -47,12 +40,9 @@ def speculative_config_json(spec: Mapping[str, Any], draft_model: str | None) ->
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-class VLLMEngine:
+class VLLMEngine(EngineBase):
     name = "vllm"
     readiness_path = "/health"
-
-    def __init__(self, settings: EngineSettings | None = None) -> None:
-        self.settings = settings or EngineSettings()
 
     def check_installed(self) -> None:
         settings = self.settings
@@ -71,11 +61,7 @@ class VLLMEngine:
                 "--speculative-config",
                 speculative_config_json(ctx.config.speculative_config, ctx.draft_model),
             ]
-        secrets: tuple[str, ...] = ()
-        if ctx.api_key:
-            argv += ["--api-key", ctx.api_key]
-            secrets = (ctx.api_key,)
-        return LaunchSpec(argv=argv, env={**self.settings.env, **ctx.config.env}, secrets=secrets)
+        return finish_spec(argv, ctx, self.settings)
 
     def version(self) -> str | None:
         settings = self.settings
@@ -94,22 +80,6 @@ class VLLMEngine:
     def lint(self, spec: LaunchSpec) -> list[Finding]:
         """Flags of the command line that ``vllm serve --help=all`` does not list."""
         return lint_by_help(spec.argv[3:], [spec.argv[0], "serve", "--help=all"])
-
-    async def is_ready(self, client: httpx.AsyncClient) -> bool:
-        try:
-            resp = await get(client, self.readiness_path)
-        except RequestFailed:
-            return False
-        return resp.status_code == 200
-
-    async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
-        await stream_chat(client, req, rec, model=req.model)
-
-    async def greedy(self, client: httpx.AsyncClient, req: RequestSpec) -> GreedyOutput:
-        return await greedy_chat(client, req)
-
-    async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
-        return await fetch_metrics(client)
 
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]
