@@ -47,6 +47,11 @@ def _mpl(module: str) -> Any:
         ) from exc
 
 
+def check_available() -> None:
+    """Raise :class:`ChartsUnavailable` now (at option parsing) rather than after the run."""
+    _mpl("matplotlib")
+
+
 def _figure(width: float, height: float) -> Any:
     """A matplotlib Figure on an Agg canvas (no pyplot, no global backend switch)."""
     fig = _mpl("matplotlib.figure").Figure(figsize=(width, height), dpi=DPI, layout="constrained")
@@ -299,8 +304,15 @@ def trend_chart(baseline_files: Sequence[Path], path: Path) -> Path:
     locator = dates.AutoDateLocator()
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator))
-    ax.set_ylabel("suite output tok/s (geometric mean)")
-    ax.grid(linewidth=0.4, alpha=0.6)
+    # Log scale: the verdicts work on ln tok/s, each session's CI is symmetric there, and a
+    # bad night (a fraction of the usual speed) does not squash every other session.
+    ax.set_yscale("log")
+    ticker = _mpl("matplotlib.ticker")
+    ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.set_ylabel("suite output tok/s (geometric mean, log scale)")
+    ax.grid(which="both", linewidth=0.4, alpha=0.6)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     keys = {(b.key.get("hardware") or {}).get("name") for b in baselines}
     ax.set_title(f"Suite score per baseline session: {', '.join(map(str, keys))}", fontsize=11)

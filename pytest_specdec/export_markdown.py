@@ -100,10 +100,23 @@ def _accept_change(j: Mapping[str, Any]) -> str:
     return f"{statistics.fmean(changes):+.1%}" if changes else NONE
 
 
+def _mde(v: Mapping[str, Any]) -> str:
+    return f"{v['mde']:.1%} (δ {v['delta']:.1%})" if v.get("mde") is not None else NONE
+
+
+def _more(v: Mapping[str, Any]) -> str:
+    """How much more data would decide an INCONCLUSIVE verdict."""
+    if v.get("outcome") != "INCONCLUSIVE":
+        return NONE
+    unit = "sessions" if v.get("method") == "prediction-interval" else "runs"
+    n = v.get("runs_needed")
+    return f"~{n} {unit}" if n is not None else f"too many {unit}"
+
+
 def _verdict_row(j: Mapping[str, Any]) -> list[str]:
     v = j.get("suite") or {}
     p_raw = min(v["p_regress"], v["p_improve"]) if v.get("p_regress") is not None else None
-    mde = f"{v['mde']:.1%} (δ {v['delta']:.1%})" if v.get("mde") is not None else NONE
+    mde = _mde(v)
     runs = f"{v['n_new']} / {v['n_ref']}" if v.get("n_new") is not None else NONE
     notes = [str(j.get("against") or ""), *(str(n) for n in j.get("notes") or [])]
     return [
@@ -121,7 +134,7 @@ def _verdict_row(j: Mapping[str, Any]) -> list[str]:
 def _prompt_row(config: str, prompt: str, v: Mapping[str, Any]) -> list[str]:
     p_raw = min(v["p_regress"], v["p_improve"]) if v.get("p_regress") is not None else None
     outcome = _outcome({"outcome": v.get("outcome"), "suite": v})
-    return [code(config), md(prompt), outcome, ratio_text(v), _p(p_raw), md(v.get("explanation"))]
+    return [code(config), md(prompt), outcome, ratio_text(v), _p(p_raw), _mde(v), _more(v)]
 
 
 def verdict_section(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -137,12 +150,12 @@ def verdict_section(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
         for p, v in (j.get("prompts") or {}).items()
     ]
     if prompt_rows:
-        head = ["config", "prompt", "verdict", "ratio [CI]", "p raw", "explanation"]
+        head = ["config", "prompt", "verdict", "ratio [CI]", "p raw", "MDE (δ)", "more to decide"]
         out += [
             "",
             "<details><summary>Per-prompt verdicts (diagnosis; the suite score gates)</summary>",
         ]
-        out += ["", md_table(head, prompt_rows, "lllrrl"), "", "</details>"]
+        out += ["", md_table(head, prompt_rows, "lllrrrr"), "", "</details>"]
     return out
 
 

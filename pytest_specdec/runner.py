@@ -51,6 +51,8 @@ from pytest_specdec.suitefile import SuiteSettings, model_identity
 from pytest_specdec.workloads import Prompt, Workload
 
 PORT_RETRIES = 3
+PROBE_S = 5.0  # one readiness probe at most
+SETTLE_S = 0.5  # an engine that failed to bind exits within this; then its port is not ours
 # The engine's executable inside its image (the first argv element is replaced by it).
 DOCKER_BINARIES = {"llamacpp": "llama-server", "sglang": "python3", "vllm": "vllm"}
 
@@ -287,6 +289,13 @@ class Runner:
             try:
                 server.process = self._start(cfg, spec, port, log_path, (target, draft))
                 record.boot_s = wait_ready(server.process, self._probe(server), timeout)
+                time.sleep(SETTLE_S)
+                code = server.process.exited()
+                if code is not None:  # something else answered on the port: never measure it
+                    raise server.process.failure(
+                        f"engine exited with code {code} although port {port} answered: another "
+                        "server holds that port"
+                    )
             except LaunchError as exc:
                 self._close_client(server)
                 if attempt + 1 < PORT_RETRIES and _port_clash(str(exc)):
@@ -340,7 +349,15 @@ class Runner:
         return "".join(f"\nlint: {f}" for f in findings)
 
     def _probe(self, server: Server) -> Callable[[], bool]:
-        return lambda: self.loop.run(server.engine.is_ready(server.client))
+        """One readiness probe, bounded: a hung listener on the port must not stall the boot."""
+
+        async def probe() -> bool:
+            try:
+                return await asyncio.wait_for(server.engine.is_ready(server.client), PROBE_S)
+            except asyncio.TimeoutError:
+                return False
+
+        return lambda: self.loop.run(probe())
 
     def _close_client(self, server: Server) -> None:
         with contextlib.suppress(Exception):  # closing must never mask the real error

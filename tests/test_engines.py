@@ -115,10 +115,10 @@ def test_baseline_preset_does_not_speculate(engine: str) -> None:
 def test_llamacpp_command(cfg: SpecConfig) -> None:
     spec = launch(cfg)
     head = [LLAMA_BIN, "-m", MODEL, "--host", HOST, "--port", str(PORT), "--metrics"]
-    tail = [*EXTRA_ARGS, *cfg.args, "--api-key", API_KEY]
+    tail = [*EXTRA_ARGS, *cfg.args]
     assert spec.argv == [*head, *draft_part(cfg, "-md"), *tail]
     assert ("-md" in spec.argv) == (cfg.draft is not None)
-    assert spec.env == {**SUITE_ENV, **cfg.env}
+    assert spec.env == {**SUITE_ENV, **cfg.env, "LLAMA_API_KEY": API_KEY}  # not on the argv
 
 
 @pytest.mark.parametrize("cfg", preset_params("llamacpp"))
@@ -151,8 +151,6 @@ def test_llamacpp_draft_preset_exact_argv() -> None:
         "draft-simple",
         "--spec-draft-n-max",
         "16",
-        "--api-key",
-        API_KEY,
     ]
 
 
@@ -223,8 +221,8 @@ def test_vllm_command(cfg: SpecConfig) -> None:
     spec = launch(cfg)
     head = [VLLM_BIN, "serve", MODEL, "--host", HOST, "--port", str(PORT), *EXTRA_ARGS]
     assert spec.argv[: len(head)] == head
-    assert spec.argv[-2:] == ["--api-key", API_KEY]
-    assert spec.env == {**SUITE_ENV, **cfg.env}
+    assert "--api-key" not in spec.argv
+    assert spec.env == {**SUITE_ENV, **cfg.env, "VLLM_API_KEY": API_KEY}
     if cfg.speculative_config is None:
         assert "--speculative-config" not in spec.argv
         assert cfg.draft is None
@@ -269,10 +267,14 @@ def test_vllm_falls_back_to_the_configured_binary_name() -> None:
 @pytest.mark.parametrize("cfg", [pytest.param(c, id=c.qualified_name) for c in PRESETS])
 def test_api_key_is_passed_but_redacted(cfg: SpecConfig) -> None:
     spec = launch(cfg)
-    assert value_after(spec.argv, "--api-key") == API_KEY
+    in_env = {"llamacpp": "LLAMA_API_KEY", "vllm": "VLLM_API_KEY"}.get(cfg.engine)
+    if in_env:  # the environment is private to the user; a command line is not
+        assert spec.env[in_env] == API_KEY and "--api-key" not in spec.argv
+    else:
+        assert value_after(spec.argv, "--api-key") == API_KEY
+        assert value_after(spec.redacted_argv(), "--api-key") == "***"
     assert spec.secrets == (API_KEY,)
     redacted = spec.redacted_argv()
-    assert value_after(redacted, "--api-key") == "***"
     assert not any(API_KEY in a for a in redacted)
     assert len(redacted) == len(spec.argv)
     assert API_KEY not in json.dumps(spec.redacted_env())

@@ -245,13 +245,21 @@ def apply_timings(final: Mapping[str, Any], rec: RunRecord, absent_is_zero: bool
         rec.accepted_tokens = int(timings.get("draft_n_accepted", 0))
 
 
-def finish_spec(argv: list[str], ctx: BootContext, settings: EngineSettings) -> LaunchSpec:
-    """Add the API key (kept out of every record as a secret) and the environment."""
+def finish_spec(
+    argv: list[str], ctx: BootContext, settings: EngineSettings, key_env: str | None = None
+) -> LaunchSpec:
+    """Add the environment and the API key (a secret kept out of every record). With
+    ``key_env`` the key travels in that environment variable: a command line is readable by
+    every local user (``ps``), a process environment is not."""
+    env = {**settings.env, **ctx.config.env}
     secrets: tuple[str, ...] = ()
     if ctx.api_key:
-        argv = [*argv, "--api-key", ctx.api_key]
         secrets = (ctx.api_key,)
-    return LaunchSpec(argv=argv, env={**settings.env, **ctx.config.env}, secrets=secrets)
+        if key_env:
+            env[key_env] = ctx.api_key
+        else:
+            argv = [*argv, "--api-key", ctx.api_key]
+    return LaunchSpec(argv=argv, env=env, secrets=secrets)
 
 
 class EngineBase:

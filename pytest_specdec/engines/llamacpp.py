@@ -101,7 +101,7 @@ class LlamaCppEngine(EngineBase):
         if ctx.draft_model:
             argv += ["-md", ctx.draft_model]
         argv += [*self.settings.extra_args, *ctx.config.args]
-        return finish_spec(argv, ctx, self.settings)
+        return finish_spec(argv, ctx, self.settings, key_env="LLAMA_API_KEY")
 
     def version(self) -> str | None:
         settings = self.settings

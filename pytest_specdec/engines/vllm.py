@@ -61,7 +61,7 @@ class VLLMEngine(EngineBase):
                 "--speculative-config",
                 speculative_config_json(ctx.config.speculative_config, ctx.draft_model),
             ]
-        return finish_spec(argv, ctx, self.settings)
+        return finish_spec(argv, ctx, self.settings, key_env="VLLM_API_KEY")
 
     def version(self) -> str | None:
         settings = self.settings
