@@ -5,12 +5,14 @@ when one is present."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
 import statistics
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 from tests_support import missing
 
 from pytest_specdec.baselines import Baseline
-from pytest_specdec.charts import ChartsUnavailable, results_chart, trend_chart
+from pytest_specdec.charts import ChartsUnavailable, check_available, results_chart, trend_chart
 from pytest_specdec.export import (
     benchmark_json,
     benchmark_stats,
@@ -33,7 +35,6 @@ from pytest_specdec.stats import Outcome, SessionSummary, Verdict
 from pytest_specdec.summary import config_cells, suite_geomean
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PROMPTS = {"prompts": ["p1", "p2"]}
 REAL_RESULTS = Path(os.environ.get("SPECDEC_RESULTS_FILE", "results/latest.json"))
 
 
@@ -44,7 +45,8 @@ def telemetry(temps: list[float], clocks: list[float], bits: list[int]) -> dict[
         for i, (t, c, b) in enumerate(zip(temps, clocks, bits, strict=True))
     ]
     dev = summarize_device(0, samples, start_ns=0, output_tokens=64)
-    return RunTelemetry("", 1.0, 64, (dev,), None, None, statistics.median(clocks), 0.0).to_dict()
+    median, mean = statistics.median(clocks), statistics.fmean(clocks)
+    return RunTelemetry("", 1.0, 64, (dev,), None, None, median, mean).to_dict()
 
 
 def run(config: str, prompt: str, i: int, tps: float | None, **kw: Any) -> RunRecord:
@@ -61,8 +63,8 @@ def verdict(outcome: Outcome, ratio: float, low: float, high: float, p: float) -
 
 
 def synthetic() -> dict[str, Any]:
-    """Two prompts; a baseline, a drafted config with telemetry and a failed run, a boot
-    failure; one REGRESSED verdict."""
+    """Two prompts; a baseline, a drafted config with GPU telemetry, a failed run and an
+    invalid (throttled) run with its rerun, a config that never booted; one REGRESSED verdict."""
     hot = telemetry([61, 70, 83], [1980, 1700, 1410], [0x4, 0x4, 0x44])
     cool = telemetry([60, 62, 64], [1980, 1975, 1980], [0x4, 0x1, 0x4])
     why = ["GPU 0: hw_thermal_slowdown in 33.3% of 3 samples (limit 1.0%)"]
@@ -82,7 +84,8 @@ def synthetic() -> dict[str, Any]:
     broken = ConfigRecord("broken", "llamacpp", {}, error="llama-server exited (code 1)\nE: bad")
     judged = Judgement("draft-d4", "judged", "suite -8.8% vs reference", "reference baseline")
     judged.suite = verdict(Outcome.REGRESSED, 0.912, 0.88, 0.945, 0.0012)
-    judged.prompts = {"p1": verdict(Outcome.IMPROVED, 1.2, 1.1, 1.3, 0.001)}
+    undecided = replace(verdict(Outcome.INCONCLUSIVE, 0.99, 0.95, 1.03, 0.3), runs_needed=12)
+    judged.prompts = {"p1": verdict(Outcome.IMPROVED, 1.2, 1.1, 1.3, 0.001), "p2": undecided}
     judged.accept = {"p1": {"new": 2.5, "reference": 2.0, "change": 0.25}}
     judged.notes = ["engine version b3990 → b4000"]
     return {
@@ -93,7 +96,12 @@ def synthetic() -> dict[str, Any]:
         "host": {"hostname": "ci-1", "cpu_model": "Test CPU", "cpu_count": 8, "python": "3.11.7"},
         "gpu": {"devices": [{"index": 0, "name": "NVIDIA H200", "driver_version": "550.1"}]},
         "options": {"runs": 3, "max_tokens": 64, "commit": "abc123"},
-        "workload": {"name": "seed", "source": "builtin:seed", "sha256": "cd" * 32, **PROMPTS},
+        "workload": {
+            "name": "seed",
+            "source": "builtin:seed",
+            "sha256": "cd" * 32,
+            "prompts": ["p1", "p2"],
+        },
         "configs": [base.to_dict(), draft.to_dict(), broken.to_dict()],
         "verdicts": [judged.to_dict()],
     }
@@ -132,6 +140,10 @@ def test_markdown_verdict_table_has_outcome_ratio_p_mde_accept_and_notes() -> No
     assert row in text
     assert "- `draft-d4`: suite -8.8% vs reference" in text
     assert "| `draft-d4` | p1 | **IMPROVED** | 1.200 [1.100, 1.300] 90% | 0.001 |" in text
+    undecided = (
+        "| `draft-d4` | p2 | INCONCLUSIVE | 0.990 [0.950, 1.030] 90% | 0.3 | 3.1% (δ 3.0%) |"
+    )
+    assert f"{undecided} ~12 runs |" in text  # how much more data would decide it
 
 
 def test_markdown_gpu_flags_ranges_reasons_and_invalid_runs() -> None:
@@ -194,13 +206,12 @@ def test_step_summary_appends_and_needs_a_target(
 @pytest.mark.parametrize("data", [[0.5], [3.0, 1.0], [1, 2, 3], [4, 1, 2, 8], [5, 1, 9, 2, 30],
                                   [1, 2, 3, 4, 5, 6], [9, 1, 1, 1, 2, 2, 40]])  # fmt: skip
 def test_benchmark_stats_equal_pytest_benchmarks_own(data: list[float]) -> None:
-    from pytest_benchmark.stats import Stats
-
-    theirs = Stats()
+    stats_class: Any = importlib.import_module("pytest_benchmark.stats").Stats  # untyped
+    theirs = stats_class()
     for value in data:
         theirs.update(value)
     ours = benchmark_stats(data)
-    for name in Stats.fields:
+    for name in stats_class.fields:
         assert ours[name] == pytest.approx(getattr(theirs, name)), name
 
 
@@ -225,7 +236,7 @@ def test_benchmark_json_one_benchmark_per_cell_ops_is_tok_per_s() -> None:
 
 def assert_pytest_benchmark_accepts(path: Path, expected: list[str]) -> None:
     """Load through pytest-benchmark's storage (as ``compare`` does), then run its CLI."""
-    from pytest_benchmark.storage.file import FileStorage
+    file_storage: Any = importlib.import_module("pytest_benchmark.storage.file").FileStorage
 
     class Logger:
         def __init__(self) -> None:
@@ -238,7 +249,7 @@ def assert_pytest_benchmark_accepts(path: Path, expected: list[str]) -> None:
             pass
 
     logger = Logger()
-    storage = FileStorage(path.parent / ".storage", logger=logger)
+    storage = file_storage(path.parent / ".storage", logger=logger)
     loaded = list(storage.load_benchmarks(str(path)))
     assert logger.warnings == []  # a file it cannot read is only a warning there
     assert sorted(b["name"] for b in loaded) == sorted(expected)
@@ -330,6 +341,9 @@ def test_charts_without_matplotlib_name_the_extra(
     with pytest.raises(ChartsUnavailable, match=r"pip install 'pytest-specdec\[plot\]'"):
         results_chart(synthetic(), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ChartsUnavailable, match="matplotlib, which is not installed"):
+        check_available()
 
 
 # ------------------------------------------------------------------------ real results file
