@@ -40,10 +40,10 @@ class ClientSettings:
             base_url=base_url,
             headers=headers,
             timeout=httpx.Timeout(self.read_timeout_s, connect=self.connect_timeout_s),
-            limits=httpx.Limits(
-                max_connections=self.max_connections,
-                max_keepalive_connections=self.max_connections,
-            ),
+            # No keep-alive: engines close idle connections, and a request sent on one they
+            # closed fails ("disconnected without sending a response"). A loopback connect
+            # costs well under a millisecond of TTFT.
+            limits=httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=0),
             transport=transport,
         )
 

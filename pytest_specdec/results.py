@@ -227,7 +227,7 @@ def merge_worker_results(path: Path, since: float) -> dict[str, Any] | None:
         return None
     docs = [load_results(p) for p in parts]
     merged = dict(docs[0])
-    merged["configs"] = [c for d in docs for c in d["configs"]]
+    merged["configs"] = _merge_configs([c for d in docs for c in d["configs"]])
     merged["verdicts"] = [v for d in docs for v in d.get("verdicts", [])]
     merged["notes"] = sorted({n for d in docs for n in d.get("notes", [])})
     merged["workers"] = {p.name: {"gpu": d.get("gpu")} for p, d in zip(parts, docs, strict=True)}
@@ -235,3 +235,16 @@ def merge_worker_results(path: Path, since: float) -> dict[str, Any] | None:
     merged["finished_at"] = max(d["finished_at"] for d in docs)
     atomic_write_json(path, merged)
     return merged
+
+
+def _merge_configs(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per config name: runs of a config that ran on several workers are joined."""
+    out: dict[str, dict[str, Any]] = {}
+    for cfg in configs:
+        if cfg["name"] not in out:
+            out[cfg["name"]] = dict(cfg)
+            continue
+        kept = out[cfg["name"]]
+        kept["runs"] = [*kept["runs"], *cfg["runs"]]
+        kept.setdefault("extra", {})["workers"] = kept.get("extra", {}).get("workers", 1) + 1
+    return list(out.values())

@@ -1,8 +1,8 @@
 """Verdicts and baselines end to end on the real CPU engine.
 
 Between-session noise on a shared 2-core machine reaches 10-25%, so these runs use
---specdec-min-delta 0.3: a change must exceed 30% to count. One engine thread instead of two
-halves throughput, which is far beyond that.
+--specdec-min-delta 0.3: a change must exceed 30% to count. The deliberately slower setting
+(16-token drafts from a draft model as costly as the target) is far beyond that.
 """
 
 from __future__ import annotations
@@ -53,8 +53,12 @@ def test_update_judge_and_regress(project: pytest.Pytester) -> None:
     judged.stdout.fnmatch_lines(["*verdicts (suite score*", "baseline: *MDE*"])
     assert "UNCHANGED" in judged.stdout.str() or "INCONCLUSIVE" in judged.stdout.str()
 
+    # Deliberately slower: the same name, now drafting 16 tokens with the Q4_0 draft, which on
+    # a CPU costs as much as the target (2-4x slower than plain decoding).
     slower = project.makefile(
-        ".toml", slower='[configs.baseline]\nengine = "llamacpp"\nargs = ["-t", "1"]\n'
+        ".toml",
+        slower='[configs.baseline]\nengine = "llamacpp"\ndraft = "draft"\n'
+        'args = ["--spec-type", "draft-simple", "--spec-draft-n-max", "16"]\n',
     )
     regressed = _run(project, "--specdec-config-file", str(slower), "--specdec-allow-mismatch")
     assert regressed.ret == pytest.ExitCode.TESTS_FAILED, regressed.stdout.str()
