@@ -62,9 +62,10 @@ def test_update_judge_and_regress(project: pytest.Pytester) -> None:
     )
     regressed = _run(project, "--specdec-config-file", str(slower), "--specdec-allow-mismatch")
     assert regressed.ret == pytest.ExitCode.TESTS_FAILED, regressed.stdout.str()
+    assert regressed.parseoutcomes()["failed"] == 1  # the verdict; the throughput tests pass
     regressed.stdout.fnmatch_lines(
-        ["*test_verdict[[]baseline[]] FAILED*", "*REGRESSED*drop * ≥ δ 30.0%*",
-         "*FORCED comparison across differing key fields: config_sha256*"]
+        ["*_ test_verdict[[]baseline[]] _*", "*REGRESSED*drop * ≥ δ 30.0%*",
+         "*FORCED comparison across differing key fields:*config_sha256*"]
     )  # fmt: skip
     assert len(json.loads(files[0].read_text())["sessions"]) == 2  # judging never writes
 
