@@ -12,12 +12,14 @@ Without matplotlib both raise :class:`ChartsUnavailable`, which names the extra 
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import os
 import tempfile
 import textwrap
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -188,15 +190,19 @@ def _load(path: Path) -> Baseline:
     return baseline
 
 
-def _session_point(session: Mapping[str, Any]) -> tuple[datetime, float, float, float] | None:
+SessionPoint = tuple[datetime, float, float, float]
+
+
+def _session_point(session: Mapping[str, Any]) -> SessionPoint | None:
     """(time, geometric mean, 95% CI low, high) of a session's suite score; None without one."""
     suite, when = session.get("suite"), session.get("started_at") or session.get("added_at")
     if not suite or not when:
         return None
     n, mean, sd = int(suite["n"]), float(suite["mean_log"]), float(suite["sd_log"])
     half = float(sps.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if n >= 2 else 0.0
+    start = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
     return (
-        datetime.fromisoformat(str(when)),
+        start if start.tzinfo else start.replace(tzinfo=timezone.utc),
         math.exp(mean),
         math.exp(mean - half),
         math.exp(mean + half),
@@ -212,7 +218,8 @@ def _trend_label(baseline: Baseline, varying: set[str]) -> str:
         parts.append(str((key.get("hardware") or {}).get("name")))
     if "engine" in varying:
         parts.append(str(key.get("engine")))
-    return " · ".join(parts) + f" ({len(baseline.sessions)} sessions)"
+    n = len(baseline.sessions)
+    return " · ".join(parts) + f" ({n} session{'' if n == 1 else 's'})"
 
 
 def _varying(baselines: Sequence[Baseline]) -> set[str]:
@@ -225,61 +232,68 @@ def _varying(baselines: Sequence[Baseline]) -> set[str]:
     return {f for f in ("model", "hardware", "engine") if len({v[f] for v in values}) > 1}
 
 
-def _spread(times: Sequence[datetime], step: timedelta, dodge: float) -> list[datetime]:
-    """Shift each line by ``dodge`` steps so equal times of several configs stay apart, and
-    repeats of one time (server sessions of one run share its start) by a step each."""
+def _positions(
+    times: Sequence[datetime], slots: Mapping[datetime, int], dodge: float
+) -> list[float]:
+    """x of each session: runs sit in evenly spaced slots (one per start time, in order);
+    server sessions of one run share its start and sit side by side; configs are dodged."""
+    count = Counter(times)
     seen: dict[datetime, int] = {}
     out = []
     for t in times:
         seen[t] = seen.get(t, -1) + 1
-        out.append(t + (seen[t] + dodge) * step)
+        out.append(slots[t] + (seen[t] - (count[t] - 1) / 2) * 0.18 + dodge * 0.05)
     return out
 
 
+def _sessions(baseline: Baseline) -> list[tuple[Mapping[str, Any], SessionPoint]]:
+    """Sessions with a suite score and their points, oldest first."""
+    found = [(s, p) for s in baseline.sessions if (p := _session_point(s))]
+    return sorted(found, key=lambda sp: (sp[1][0], int(sp[0].get("session") or 1)))
+
+
 def _plot_trend(
-    ax: Any, baseline: Baseline, style: Mapping[str, str], step: timedelta, dodge: float
+    ax: Any,
+    baseline: Baseline,
+    style: Mapping[str, str],
+    slots: Mapping[datetime, int],
+    dodge: float,
 ) -> int:
-    sessions = sorted(
-        (s for s in baseline.sessions if _session_point(s)),
-        key=lambda s: (str(s.get("started_at") or s.get("added_at")), int(s.get("session") or 1)),
-    )
-    points = [p for s in sessions if (p := _session_point(s))]
-    if not points:
+    found = _sessions(baseline)
+    if not found:
         return 0
-    xs, ys = _spread([p[0] for p in points], step, dodge), [p[1] for p in points]
-    color = style["color"]
-    err = [
-        [y - p[2] for y, p in zip(ys, points, strict=True)],
-        [p[3] - y for y, p in zip(ys, points, strict=True)],
-    ]
-    ax.errorbar(
-        xs,
-        ys,
-        yerr=err,
-        marker="o",
-        markersize=4,
-        capsize=3,
-        linewidth=1.4,
-        **style,
-    )
+    sessions, points = [s for s, _ in found], [p for _, p in found]
+    xs, ys = _positions([p[0] for p in points], slots, dodge), [p[1] for p in points]
+    err = [[y - p[2] for y, p in zip(ys, points, strict=True)]]
+    err.append([p[3] - y for y, p in zip(ys, points, strict=True)])
+    ax.errorbar(xs, ys, yerr=err, marker="o", markersize=4, capsize=3, linewidth=1.4, **style)
     for x, s in zip(xs, sessions, strict=True):
         runs = [float(v) for v in (s.get("suite") or {}).get("runs", [])]
-        ax.scatter([x] * len(runs), runs, s=10, color=color, alpha=0.5, linewidths=0)
-    previous = sessions[0].get("engine_version")
-    for x, s in zip(xs[1:], sessions[1:], strict=True):
-        if s.get("engine_version") != previous:
-            ax.axvline(x, color=color, linestyle=":", linewidth=0.8)
-            ax.annotate(
-                f"engine {s.get('engine_version')}"[:48],
-                (x, 1.0),
-                xycoords=("data", "axes fraction"),
-                rotation=90,
-                fontsize=6,
-                va="top",
-                ha="right",
-            )
-            previous = s.get("engine_version")
+        ax.scatter([x] * len(runs), runs, s=10, color=style["color"], alpha=0.5, linewidths=0)
     return len(points)
+
+
+def _engine_changes(
+    baselines: Sequence[Baseline], slots: Mapping[datetime, int]
+) -> set[tuple[float, str]]:
+    """(x between two slots, text) where a baseline's engine version changed."""
+    out = set()
+    for b in baselines:
+        found = _sessions(b)
+        for (before, _), (s, p) in itertools.pairwise(found):
+            if s.get("engine_version") != before.get("engine_version"):
+                out.add((slots[p[0]] - 0.5, f"engine {s.get('engine_version')}"[:48]))
+    return out
+
+
+def _time_axis(ax: Any, slots: Mapping[datetime, int]) -> None:
+    """One tick per run start time, thinned to at most 12 labels."""
+    every = max(1, math.ceil(len(slots) / 12))
+    shown = [(t, i) for t, i in slots.items() if i % every == 0]
+    ax.set_xticks([i for _, i in shown], [t.strftime("%Y-%m-%d\n%H:%M") for t, _ in shown])
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlim(-0.6, len(slots) - 0.4)
+    ax.set_xlabel("baseline sessions by run start (evenly spaced)", fontsize=8)
 
 
 def trend_chart(baseline_files: Sequence[Path], path: Path) -> Path:
@@ -290,25 +304,33 @@ def trend_chart(baseline_files: Sequence[Path], path: Path) -> Path:
         raise ValueError(f"no baseline files in {', '.join(map(str, baseline_files))}")
     baselines = [_load(f) for f in files]
     varying = _varying(baselines)
-    fig = _figure(9.0, 4.8)
+    fig = _figure(9.0, 5.0)
     ax = fig.add_subplot()
-    times = [p[0] for b in baselines for s in b.sessions if (p := _session_point(s))]
-    step = ((max(times) - min(times)) if times else timedelta(0)) or timedelta(hours=1)
+    times = sorted({p[0] for b in baselines for _, p in _sessions(b)})
+    slots = {t: i for i, t in enumerate(times)}
     plotted = 0
     for i, b in enumerate(baselines):
         style = {"label": _trend_label(b, varying), "color": COLORS[i % len(COLORS)]}
-        plotted += _plot_trend(ax, b, style, step / 120, i - (len(baselines) - 1) / 2)
+        plotted += _plot_trend(ax, b, style, slots, i - (len(baselines) - 1) / 2)
     if not plotted:
         raise ValueError(f"no baseline session with a suite score in {', '.join(map(str, files))}")
-    dates = _mpl("matplotlib.dates")
-    locator = dates.AutoDateLocator()
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator))
+    _time_axis(ax, slots)
+    for x, text in sorted(_engine_changes(baselines, slots)):
+        ax.axvline(x, color="#777777", linestyle=":", linewidth=0.9)
+        where = {"xycoords": ("data", "axes fraction"), "textcoords": "offset points"}
+        ax.annotate(text, (x, 1.0), xytext=(-2, -4), rotation=90, fontsize=6, va="top",
+                    ha="right", color="#555555", **where)  # fmt: skip
     # Log scale: the verdicts work on ln tok/s, each session's CI is symmetric there, and a
     # bad night (a fraction of the usual speed) does not squash every other session.
     ax.set_yscale("log")
     ticker = _mpl("matplotlib.ticker")
-    ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    low, high = ax.get_ylim()
+    wide = high / low >= 10  # within one decade, 1-2-5 ticks would leave most of it unlabelled
+    ax.yaxis.set_major_locator(
+        ticker.LogLocator(subs=(1.0, 2.0, 5.0)) if wide else ticker.MaxNLocator(nbins=8)
+    )
+    if not wide:
+        ax.yaxis.set_minor_locator(ticker.NullLocator())
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_ylabel("suite output tok/s (geometric mean, log scale)")
@@ -317,8 +339,8 @@ def trend_chart(baseline_files: Sequence[Path], path: Path) -> Path:
     keys = {(b.key.get("hardware") or {}).get("name") for b in baselines}
     ax.set_title(f"Suite score per baseline session: {', '.join(map(str, keys))}", fontsize=11)
     fig.supxlabel(
-        "line: geometric mean over prompts per server session, bar: its 95% CI, dots: per-run "
-        "suite values; dotted line: engine version changed",
+        "point: geometric mean over prompts of one server session, bar: its 95% CI, dots: the "
+        "session's per-run suite values; dotted line: engine version changed",
         fontsize=7,
         color="#555555",
     )
