@@ -373,13 +373,6 @@ def update_baseline(
     return line
 
 
-def outcome_counts(judgements: Sequence[Judgement]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for j in judgements:
-        counts[j.outcome] = counts.get(j.outcome, 0) + 1
-    return counts
-
-
 __all__ = [
     "Judgement",
     "Outcome",
@@ -387,7 +380,6 @@ __all__ = [
     "failures",
     "judge_baseline",
     "judge_reference",
-    "outcome_counts",
     "update_baseline",
 ]
 

@@ -37,16 +37,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def log_tail(path: Path, lines: int = 25) -> str:
     """The last ``lines`` lines, plus earlier lines that look like the engine's own error."""
     try:
@@ -196,10 +186,6 @@ def processes_matching(needle: str) -> list[int]:
         if any(needle in arg for arg in argv):
             pids.append(int(entry.name))
     return pids
-
-
-def live_pids() -> list[int]:
-    return [pid for pid, proc in _LIVE.items() if proc.poll() is None]
 
 
 atexit.register(kill_all)
