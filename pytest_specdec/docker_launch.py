@@ -22,6 +22,7 @@ import contextlib
 import ipaddress
 import os
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -96,19 +97,40 @@ def docker_client() -> Any:
     docker = _docker()
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     socket_path = where.removeprefix("unix://") if where.startswith("unix://") else None
-    if socket_path is not None and not os.path.exists(socket_path):
-        raise DockerLaunchError(
-            f"docker daemon not reachable at {where}: {socket_path} does not exist; {DAEMON_HINT}"
-        )
+    if socket_path is not None:
+        _probe_socket(where, socket_path)
+    client = None
     try:
         client = docker.from_env(timeout=60)
         client.ping()
     except docker.errors.DockerException as exc:
+        if client is not None:
+            client.close()
         raise DockerLaunchError(
             f"docker daemon not reachable at {where}: {exc}; {DAEMON_HINT}"
         ) from exc
     _CLIENT.append(client)
     return client
+
+
+def _probe_socket(where: str, socket_path: str) -> None:
+    """Connect to the daemon's socket once, closing it on every path.
+
+    The SDK leaves the socket of a refused connection open; probing first turns the common
+    "socket file but no daemon" case into a clear error without leaking a descriptor.
+    """
+    if not os.path.exists(socket_path):
+        raise DockerLaunchError(
+            f"docker daemon not reachable at {where}: {socket_path} does not exist; {DAEMON_HINT}"
+        )
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5.0)
+        try:
+            probe.connect(socket_path)
+        except OSError as exc:
+            raise DockerLaunchError(
+                f"docker daemon not reachable at {where}: {exc.strerror or exc}; {DAEMON_HINT}"
+            ) from exc
 
 
 def device_requests(gpus: list[str] | None) -> list[Any]:

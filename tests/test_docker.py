@@ -9,7 +9,9 @@ setup step); a missing engine, model or SDK fails under CI.
 
 from __future__ import annotations
 
+import gc
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -160,6 +162,21 @@ def test_unreachable_daemon_says_how_to_start_it(
     message = str(info.value)
     assert f"docker daemon not reachable at unix://{tmp_path}/no-daemon.sock" in message
     assert "./scripts/start-dockerd" in message
+
+
+def test_socket_without_a_daemon_is_refused_without_leaking(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _sdk()
+    monkeypatch.setattr(docker_launch, "_CLIENT", [])
+    path = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bound:
+        bound.bind(str(path))  # a socket file nobody listens on: connect is refused
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    with pytest.raises(DockerLaunchError) as info:
+        docker_launch.docker_client()
+    gc.collect()  # a leaked socket would be reported against this test
+    assert f"docker daemon not reachable at unix://{path}: Connection refused" in str(info.value)
 
 
 # --- with a daemon ---------------------------------------------------------------------------
