@@ -10,8 +10,6 @@ seconds per output token of each run (1 / tok/s).
 from __future__ import annotations
 
 import os
-import statistics
-from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -125,50 +123,19 @@ def write_step_summary(
 # ------------------------------------------------------------------------ pytest-benchmark
 
 
-def _quartiles(data: Sequence[float]) -> tuple[float, float]:
-    """Q1 and Q3 exactly as pytest-benchmark computes them (Wikipedia methods 2 and 3)."""
-    s, n = sorted(data), len(data)
-    if n == 1:
-        return s[0], s[0]
-    if n % 2 == 0:
-        return statistics.median(s[: n // 2]), statistics.median(s[n // 2 :])
-    k, r = n // 4, n % 4
-    if r == 1:
-        return 0.25 * s[k - 1] + 0.75 * s[k], 0.75 * s[3 * k] + 0.25 * s[3 * k + 1]
-    return 0.75 * s[k] + 0.25 * s[k + 1], 0.25 * s[3 * k + 1] + 0.75 * s[3 * k + 2]
-
-
 def benchmark_stats(data: Sequence[float]) -> dict[str, Any]:
-    """pytest-benchmark's ``stats`` block for a list of timings (one per round)."""
-    s, n = sorted(data), len(data)
-    mean, total = statistics.fmean(data), sum(data)
-    stddev = statistics.stdev(data) if n > 1 else 0.0
-    q1, q3 = _quartiles(data)
-    iqr = q3 - q1
-    low, high = q1 - 1.5 * iqr, q3 + 1.5 * iqr
-    hd_pos = bisect_right(s, high)
-    iqr_out = sum(1 for v in data if v < low or v > high)
-    sd_out = sum(1 for v in data if v < mean - stddev or v > mean + stddev)
-    return {
-        "min": s[0],
-        "max": s[-1],
-        "mean": mean,
-        "stddev": stddev,
-        "rounds": n,
-        "median": statistics.median(data),
-        "iqr": iqr,
-        "q1": q1,
-        "q3": q3,
-        "iqr_outliers": iqr_out,
-        "stddev_outliers": sd_out,
-        "outliers": f"{sd_out};{iqr_out}",
-        "ld15iqr": s[0] if n == 1 else s[bisect_left(s, low)],
-        "hd15iqr": s[0] if n == 1 else s[min(hd_pos, n - 1)],
-        "ops": n / total if total else 0,
-        "total": total,
-        "data": list(data),
-        "iterations": 1,
-    }
+    """pytest-benchmark's ``stats`` block for a list of timings (one per round), computed by
+    pytest-benchmark's own ``Stats`` so that the figures match its version exactly."""
+    stats = _benchmark_stats_class()()
+    for value in data:
+        stats.update(value)
+    return {**stats.as_dict(), "data": list(data), "iterations": 1}
+
+
+def _benchmark_stats_class() -> Any:
+    from pytest_benchmark.stats import Stats  # untyped; a dependency of this package
+
+    return Stats
 
 
 def _machine_info(results: Mapping[str, Any]) -> dict[str, Any]:
