@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import gc
 import json
 import os
 import shlex
@@ -144,10 +143,13 @@ class PeerResult:
 # --- the fake server's process -------------------------------------------------------------
 
 
-def start_server(rate: float, cpu: int | None, log_dir: Path) -> tuple[EngineProcess, str]:
+def start_server(
+    rate: float, cpu: int | None, log_dir: Path, batch: int = 16
+) -> tuple[EngineProcess, str]:
     port = free_port()
     argv = [sys.executable, str(BENCH / "fake_stream_server.py"), "--port", str(port)]
-    argv += ["--tokens-per-s", str(rate)] + (["--cpu", str(cpu)] if cpu is not None else [])
+    argv += ["--tokens-per-s", str(rate), "--batch", str(batch)]
+    argv += ["--cpu", str(cpu)] if cpu is not None else []
     url = f"http://127.0.0.1:{port}"
     proc = start_process(argv, {}, log_dir / f"fake-server-{port}.log")
 
@@ -611,8 +613,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--install-peer", action="store_true", help=f"create --peer-venv with {PEER_PIN} first"
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=16,
+        help="SSE events per socket write of the unpaced server (default 16; 1 = one a write)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results to this file")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.batch < 1:
+        parser.error(f"--batch {args.batch}: give a positive number of events per write")
+    return args
 
 
 def pick_cores() -> tuple[int, int | None]:
@@ -621,16 +632,10 @@ def pick_cores() -> tuple[int, int | None]:
     return cores[0], cores[1] if len(cores) > 1 else None
 
 
-async def _settle() -> None:
-    """Close the SSE generators left suspended at ``[DONE]`` before the loop stops (else asyncio
-    logs "Task was destroyed but it is pending" for their finalizers)."""
-    gc.collect()
-    await asyncio.get_running_loop().shutdown_asyncgens()
-    await asyncio.sleep(0.01)
-
-
-def measure(plan: Plan, driver_cpu: int, server_cpu: int | None, work: Path) -> dict[str, Any]:
-    unpaced, unpaced_url = start_server(0.0, server_cpu, work)
+def measure(
+    plan: Plan, driver_cpu: int, server_cpu: int | None, work: Path, batch: int
+) -> dict[str, Any]:
+    unpaced, unpaced_url = start_server(0.0, server_cpu, work, batch)
     paced, paced_url = start_server(plan.rate, server_cpu, work)
     pin_this_process(driver_cpu)
     loop = LoopThread()
@@ -641,7 +646,6 @@ def measure(plan: Plan, driver_cpu: int, server_cpu: int | None, work: Path) -> 
         ]
         over = [measure_overhead(loop, paced_url, c, plan) for c in plan.overhead_concurrencies]
     finally:
-        loop.run(_settle(), timeout=10)
         loop.close()
         stop_process(paced)
     return {"rows": rows, "overhead": over, "server": unpaced, "url": unpaced_url}
@@ -659,7 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="specdec-driver-"))
     started = time.perf_counter()
     try:
-        got = measure(plan, driver_cpu, server_cpu, work)
+        got = measure(plan, driver_cpu, server_cpu, work, args.batch)
     except LaunchError as exc:
         print(f"error: the fake streaming server could not start: {exc}", file=sys.stderr)
         return 2
@@ -687,7 +691,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         atomic_write_json(
             args.json,
             {"command": command, "host": host_fingerprint(), "plan": asdict(plan),
-             "cores": {"driver": driver_cpu, "server": server_cpu}, "lines": lines,
+             "batch": args.batch, "cores": {"driver": driver_cpu, "server": server_cpu},
+             "lines": lines,
              "ceiling": [asdict(r) for r in rows], "overhead": [asdict(o) for o in over],
              "peer": asdict(peer) if peer else None},
         )  # fmt: skip
