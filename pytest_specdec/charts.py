@@ -39,6 +39,10 @@ class ChartsUnavailable(ImportError):
     """matplotlib is not installed; the message says how to install it."""
 
 
+class ChartInputError(ValueError):
+    """The files given have nothing to chart, or do not exist; the message names them."""
+
+
 def _mpl(module: str) -> Any:
     """A matplotlib module, imported on first use (typed as Any: matplotlib is optional)."""
     try:
@@ -132,7 +136,7 @@ def results_chart(results: Mapping[str, Any], path: Path) -> Path:
     length annotated. Returns ``path``."""
     recs, prompts = records(results), prompt_names(results)
     if not recs or not prompts:
-        raise ValueError("results document has no configs or no prompts: nothing to chart")
+        raise ChartInputError("results document has no configs or no prompts: nothing to chart")
     verdicts = {v.get("config"): v for v in results.get("verdicts") or []}
     groups = [*prompts, "suite geomean"]
     fig = _figure(max(7.0, 1.6 + 1.15 * len(groups) * max(1.0, len(recs) / 2.5)), 4.8)
@@ -301,7 +305,7 @@ def trend_chart(baseline_files: Sequence[Path], path: Path) -> Path:
     (a folder stands for every ``*.json`` under it). Returns ``path``."""
     files = _baseline_files(baseline_files)
     if not files:
-        raise ValueError(f"no baseline files in {', '.join(map(str, baseline_files))}")
+        raise ChartInputError(f"no baseline files in {', '.join(map(str, baseline_files))}")
     baselines = [_load(f) for f in files]
     varying = _varying(baselines)
     fig = _figure(9.0, 5.0)
@@ -313,7 +317,8 @@ def trend_chart(baseline_files: Sequence[Path], path: Path) -> Path:
         style = {"label": _trend_label(b, varying), "color": COLORS[i % len(COLORS)]}
         plotted += _plot_trend(ax, b, style, slots, i - (len(baselines) - 1) / 2)
     if not plotted:
-        raise ValueError(f"no baseline session with a suite score in {', '.join(map(str, files))}")
+        names = ", ".join(map(str, files))
+        raise ChartInputError(f"no baseline session with a suite score in {names}")
     _time_axis(ax, slots)
     for x, text in sorted(_engine_changes(baselines, slots)):
         ax.axvline(x, color="#777777", linestyle=":", linewidth=0.9)

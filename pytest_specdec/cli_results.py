@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.baselines import BaselineError, load_baseline
+from pytest_specdec.charts import ChartInputError, ChartsUnavailable
 from pytest_specdec.judge import adjust, failures, judge_reference, update_baseline
 from pytest_specdec.report import render_table
 from pytest_specdec.results import ResultsError, atomic_write_json, load_results
@@ -83,10 +84,9 @@ def compare(args: argparse.Namespace) -> int:
 
 def report(args: argparse.Namespace) -> int:
     from pytest_specdec import export
+    from pytest_specdec.charts import results_chart, trend_chart
 
     if args.kind == "trend":
-        from pytest_specdec.charts import trend_chart
-
         *inputs, out = args.paths
         trend_chart([Path(p) for p in inputs], Path(out))
         print(out)
@@ -98,8 +98,6 @@ def report(args: argparse.Namespace) -> int:
         atomic_write_json(Path(args.paths[1]), export.benchmark_json(results))
         print(args.paths[1])
     else:
-        from pytest_specdec.charts import results_chart
-
         results_chart(results, Path(args.paths[1]))
         print(args.paths[1])
     return 0
@@ -136,4 +134,4 @@ def add_commands(sub: Any) -> None:
     rep.set_defaults(func=report)
 
 
-ERRORS = (ResultsError, BaselineError, json.JSONDecodeError)
+ERRORS = (ResultsError, BaselineError, json.JSONDecodeError, ChartsUnavailable, ChartInputError)

@@ -92,6 +92,8 @@ class SpecdecState:
             lock_sm_mhz=getopt("--specdec-lock-clocks"),
             policy=HygienePolicy(cooldown_cap_s=getopt("--specdec-cooldown-cap")),
         )
+        if getopt("--specdec-chart") is not None:
+            _check_charts()
         if self.gpu_options.require:
             available, reason = probe()
             if not available:
@@ -179,6 +181,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         # SIGTERM unwinds like Ctrl-C: fixtures tear down, engines stop, results are written.
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+
+def _check_charts() -> None:
+    """``--specdec-chart`` without matplotlib is refused before anything is measured."""
+    from pytest_specdec.charts import ChartsUnavailable, check_available
+
+    try:
+        check_available()
+    except ChartsUnavailable as exc:
+        raise pytest.UsageError(f"--specdec-chart: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from tests_support import missing
 
 from pytest_specdec.baselines import Baseline
 from pytest_specdec.charts import ChartsUnavailable, check_available, results_chart, trend_chart
+from pytest_specdec.cli import main as cli_main
 from pytest_specdec.export import (
     benchmark_json,
     benchmark_stats,
@@ -345,6 +346,39 @@ def test_charts_without_matplotlib_name_the_extra(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ChartsUnavailable, match="matplotlib, which is not installed"):
         check_available()
+
+
+def test_chart_commands_without_matplotlib_exit_2_naming_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "r.json"
+    atomic_write_json(results, synthetic())
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert cli_main(["report", "chart", str(results), str(tmp_path / "x.png")]) == 2
+    assert "pip install 'pytest-specdec[plot]'" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_trend_of_missing_or_empty_baselines_exits_2_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing_file = tmp_path / "missing.json"
+    assert cli_main(["report", "trend", str(missing_file), str(tmp_path / "t.png")]) == 2
+    assert f"baseline {missing_file} does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert cli_main(["report", "trend", str(tmp_path / "empty"), str(tmp_path / "t.png")]) == 2
+    assert f"no baseline files in {tmp_path / 'empty'}" in capsys.readouterr().err
+
+
+def test_chart_option_without_matplotlib_is_refused_before_measuring(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_inprocess("--specdec-chart", "c.png", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--specdec-chart: PNG charts need matplotlib*[[]plot[]]*"])
 
 
 # ------------------------------------------------------------------------ real results file
