@@ -250,7 +250,7 @@ def test_lossless_identical_and_divergent(
     result = suite_project.runpytest_subprocess(
         "suites/test_lossless.py", "--specdec-config-file", str(extra),
         "--spec-config", "self-draft-d16,synthetic", "--specdec-results", str(out),
-        "-k", "haiku", "--specdec-max-tokens", "16", "-p", "no:cacheprovider",
+        "-k", "haiku", "--specdec-max-tokens", "32", "-p", "no:cacheprovider",
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(
@@ -262,7 +262,9 @@ def test_lossless_identical_and_divergent(
         "identical"
     }
     haiku = by_name["synthetic"]["extra"]["lossless"]["haiku"]
-    assert haiku["outcome"] == "diverged" and haiku["unit"] == "token" and haiku["position"] < 16
+    # Where the draft first differs from the target varies between runs (tokens 2-9 seen in
+    # 16); 32 tokens, all inside the default fail-before window, leave room for it.
+    assert haiku["outcome"] == "diverged" and haiku["unit"] == "token" and haiku["position"] < 32
     assert haiku["reference_text"] and haiku["output_text"]  # detokenized context
     assert [r["name"] for r in data["references"]] == ["reference-llamacpp"]
     assert processes_matching(str(models["target"])) == []

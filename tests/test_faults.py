@@ -376,9 +376,11 @@ def test_killed_xdist_worker_takes_its_engine_with_it(
     suite_project: pytest.Pytester, models: dict[str, Path]
 ) -> None:
     root = suite_project.path
-    args = (THROUGHPUT, "-n", "2", "--dist", "loadgroup", "--spec-config", "baseline,ngram",
-            "--specdec-results", str(root / "r.json"), *TWO_PROMPTS,
-            "--specdec-runs", "2")  # fmt: skip
+    # --max-worker-restart 0: pytest-xdist 3.8.0 can hang for good when it replaces a crashed
+    # worker under --dist loadgroup (pytest-xdist #1323/#1327); the engine check is the point.
+    args = (THROUGHPUT, "-n", "2", "--dist", "loadgroup", "--max-worker-restart", "0",
+            "--spec-config", "baseline,ngram", "--specdec-results", str(root / "r.json"),
+            *TWO_PROMPTS, "--specdec-runs", "2")  # fmt: skip
 
     def engine_of_a_worker() -> tuple[int, int] | None:
         for pid in engine_pids(root):
@@ -396,6 +398,7 @@ def test_killed_xdist_worker_takes_its_engine_with_it(
     output = (root / "pytest.out").read_text()
     assert code == pytest.ExitCode.TESTS_FAILED, output
     assert re.search(r"worker '?gw\d'? crashed|node down", output), output
+    assert "worker restarting disabled" in output, output
     assert engine_pids(root) == []
 
 
