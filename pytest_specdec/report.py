@@ -13,15 +13,20 @@ from pytest_specdec.summary import CellSummary, config_cells, suite_geomean
 
 
 def _cell(c: CellSummary) -> str:
+    left_out = ", ".join(
+        f"{n} {what}" for n, what in ((c.failed, "err"), (c.invalid, "invalid")) if n
+    )
     if c.mean is None:
-        return f"ERR x{c.failed}" if c.failed else "-"
+        if c.failed and not c.invalid:
+            return f"ERR x{c.failed}"
+        return f"({left_out})" if left_out else "-"
     text = f"{c.mean:.1f}"
     if c.ci_half is not None:
         text += f" ±{c.ci_half:.1f}"
     if c.accept_length is not None:
         text += f" a{c.accept_length:.2f}"
-    if c.failed:
-        text += f" ({c.failed} err)"
+    if left_out:
+        text += f" ({left_out})"
     return text
 
 

@@ -18,7 +18,7 @@ class CellSummary:
     """Output tok/s of one prompt under one config (measured runs only)."""
 
     n: int
-    failed: int
+    failed: int  # runs that produced no number (an error was recorded)
     mean: float | None
     ci_half: float | None  # 95% t half-width of the mean; None below 2 runs
     geomean: float | None
@@ -26,6 +26,7 @@ class CellSummary:
     ttft_s: float | None  # median
     tpot_s: float | None  # median
     output_tokens: float | None  # mean
+    invalid: int = 0  # runs measured but ruled out by GPU hygiene (throttled, telemetry lost)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -37,6 +38,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 def summarize(runs: Sequence[RunRecord]) -> CellSummary:
     ok = [r for r in runs if r.ok and r.tok_per_s and not r.invalid]
+    invalid = sum(1 for r in runs if r.ok and r.tok_per_s and r.invalid)
     tps = [float(r.tok_per_s) for r in ok if r.tok_per_s]
     n = len(tps)
     mean = statistics.fmean(tps) if tps else None
@@ -47,7 +49,7 @@ def summarize(runs: Sequence[RunRecord]) -> CellSummary:
     accepts = [float(r.accept_length) for r in ok if r.accept_length is not None]
     return CellSummary(
         n=n,
-        failed=len(runs) - len(ok),
+        failed=len(runs) - len(ok) - invalid,
         mean=mean,
         ci_half=half,
         geomean=geo,
@@ -55,6 +57,7 @@ def summarize(runs: Sequence[RunRecord]) -> CellSummary:
         ttft_s=_median([r.ttft_s for r in ok if r.ttft_s is not None]),
         tpot_s=_median([r.tpot_s for r in ok if r.tpot_s is not None]),
         output_tokens=statistics.fmean(r.output_tokens or 0 for r in ok) if ok else None,
+        invalid=invalid,
     )
 
 

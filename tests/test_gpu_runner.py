@@ -14,8 +14,10 @@ import pytest_specdec.gpu as gpu_module
 from pytest_specdec.configs import Registry, preset_configs
 from pytest_specdec.gpu import NvmlLoader
 from pytest_specdec.gpu_session import GpuOptions, GpuRequired, GpuSession
+from pytest_specdec.report import table_rows
 from pytest_specdec.runner import Runner, RunOptions
 from pytest_specdec.suitefile import SuiteSettings
+from pytest_specdec.summary import summarize
 from pytest_specdec.workloads import load_workload
 
 HW_THERMAL = 0x40
@@ -87,6 +89,11 @@ def test_thermal_throttled_run_is_marked_invalid_and_rerun(tmp_path: Path, fake:
     assert device["gpu_temp_c"]["max"] == 56 and device["sm_clock_mhz"]["max"] == 1980
     assert "sw_power_cap" in device["reasons_seen"]  # power capping is recorded, not invalid
     assert data["configs"][0]["runs"][0]["invalid"] is None
+    cell = summarize([r for r in runs if r.phase == "measure"])
+    assert (cell.n, cell.invalid, cell.failed) == (3, 2, 0)
+    assert table_rows([runner.records[runner.configs[0].name]], [runs[0].prompt])[1][1].endswith(
+        " (2 invalid)"
+    )
 
 
 def test_reruns_are_bounded(tmp_path: Path, fake: FakeNvml) -> None:
@@ -101,6 +108,11 @@ def test_reruns_are_bounded(tmp_path: Path, fake: FakeNvml) -> None:
         runner.close()
     assert len(runs) == 2 + 2  # at most max_reruns (2) extra runs, then the record stands
     assert all(r.invalid for r in runs)
+    cell = summarize([r for r in runs if r.phase == "measure"])
+    assert (cell.n, cell.invalid, cell.failed, cell.mean) == (0, 4, 0, None)
+    assert table_rows([runner.records[runner.configs[0].name]], [runs[0].prompt])[1][1] == (
+        "(4 invalid)"
+    )
 
 
 def test_engine_gets_this_workers_gpu_by_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
