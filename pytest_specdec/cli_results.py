@@ -11,7 +11,7 @@ from typing import Any
 
 from pytest_specdec.baselines import BaselineError, load_baseline
 from pytest_specdec.charts import ChartInputError, ChartsUnavailable
-from pytest_specdec.judge import adjust, failures, judge_reference, update_baseline
+from pytest_specdec.judge import adjust, failures, judge_reference, not_gating, update_baseline
 from pytest_specdec.report import render_table
 from pytest_specdec.results import ResultsError, atomic_write_json, load_results
 from pytest_specdec.stats import VerdictPolicy
@@ -78,8 +78,11 @@ def compare(args: argparse.Namespace) -> int:
     missing = sorted(set(c["name"] for c in new["configs"]) - set(before))
     if missing:
         print(f"not in {args.old}: {', '.join(missing)}")
-    found = failures(judged, args.fail_on)
-    return 1 if found else 0
+    gates = args.provisional == "gate"
+    if not gates:
+        for line in not_gating(judged, args.fail_on):
+            print(line)
+    return 1 if failures(judged, args.fail_on, gates) else 0
 
 
 def report(args: argparse.Namespace) -> int:
@@ -123,6 +126,12 @@ def add_commands(sub: Any) -> None:
     cmp.add_argument("--alpha", type=float, default=VerdictPolicy().alpha)
     cmp.add_argument("--min-delta", type=float, default=VerdictPolicy().min_delta)
     cmp.add_argument("--fail-on", nargs="*", default=["regressed"])
+    cmp.add_argument(
+        "--provisional",
+        choices=("gate", "report"),
+        default="gate",
+        help="provisional verdicts (one session a side) fail like final ones, or are reported",
+    )
     cmp.set_defaults(func=compare)
 
     rep = sub.add_parser("report", help="Markdown, charts and pytest-benchmark JSON")

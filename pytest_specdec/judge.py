@@ -299,16 +299,31 @@ def adjust(judgements: Sequence[Judgement], policy: VerdictPolicy) -> list[Judge
     return out
 
 
-def failures(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[str]:
-    """Messages for every judgement whose outcome the run is asked to fail on."""
+def failures(
+    judgements: Sequence[Judgement], fail_on: Sequence[str], provisional_gates: bool = True
+) -> list[str]:
+    """Messages for every judgement whose outcome the run is asked to fail on.
+
+    With ``provisional_gates`` False, a provisional verdict (a baseline of fewer sessions than
+    the prediction-interval test needs, or a one-session A/B) is reported, not failed on."""
     wanted = {f.upper() for f in fail_on}
     out = []
     for j in judgements:
         if j.status == MISMATCH:
             out.append(f"{j.config}: {j.message}")
-        elif j.suite is not None and j.suite.outcome.value in wanted:
+        elif (
+            j.suite is not None
+            and j.suite.outcome.value in wanted
+            and (provisional_gates or not j.suite.provisional)
+        ):
             out.append(f"{j.config}: {j.suite.explanation}")
     return out
+
+
+def not_gating(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[str]:
+    """The provisional verdicts that would fail the run if provisional verdicts gated."""
+    held = set(failures(judgements, fail_on)) - set(failures(judgements, fail_on, False))
+    return [f"{line} — reported, not gating (--specdec-provisional report)" for line in held]
 
 
 def session_cells(

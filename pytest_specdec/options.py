@@ -294,6 +294,15 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
         ),
     ),
     (
+        "--specdec-provisional",
+        dict(
+            choices=("gate", "report"),
+            default="gate",
+            help="provisional verdicts (a baseline of fewer than 5 sessions, a one-session "
+            "A/B) gate like final ones (gate, default) or are only reported (report)",
+        ),
+    ),
+    (
         "--specdec-reference",
         dict(
             default=None,

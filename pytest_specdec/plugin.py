@@ -28,6 +28,7 @@ from pytest_specdec.judge import (
     Judgement,
     failures,
     indistinguishable,
+    not_gating,
 )
 from pytest_specdec.launch import LaunchError, kill_all
 from pytest_specdec.lossless import LosslessResult
@@ -120,6 +121,7 @@ class SpecdecState:
             allow_mismatch=getopt("--specdec-allow-mismatch"),
             update_baselines=getopt("--specdec-update-baselines"),
             fail_on=tuple(getopt("--specdec-fail-on")),
+            provisional_gates=getopt("--specdec-provisional") == "gate",
             alpha=getopt("--specdec-alpha"),
             min_delta=getopt("--specdec-min-delta"),
             lint=not getopt("--specdec-no-lint"),
@@ -328,7 +330,7 @@ def check_judgement(runner: Runner, name: str) -> Judgement:
         pytest.skip(judgement.message)
     if judgement.status in (MISMATCH, UNJUDGEABLE):
         pytest.fail(judgement.message, pytrace=False)
-    found = failures([judgement], runner.options.fail_on)
+    found = failures([judgement], runner.options.fail_on, runner.options.provisional_gates)
     if found:
         pytest.fail("\n".join(found + judgement.notes), pytrace=False)
     return judgement
@@ -381,7 +383,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.summary_lines += ["baseline update:", *runner.update_baselines()]
     if state.worker_id is None:  # reports come from the process that sees every config
         state.summary_lines += write_reports(session.config, runner.document())
-    found = failures(judgements, runner.options.fail_on)
+    found = failures(judgements, runner.options.fail_on, runner.options.provisional_gates)
+    if not runner.options.provisional_gates:
+        state.summary_lines += not_gating(judgements, runner.options.fail_on)
     if found and session.exitstatus == pytest.ExitCode.OK:
         state.summary_lines += ["FAILED after Holm across configs:", *found]
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

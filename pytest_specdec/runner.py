@@ -78,6 +78,7 @@ class RunOptions:
     allow_mismatch: bool = False
     update_baselines: bool = False
     fail_on: tuple[str, ...] = ("regressed",)
+    provisional_gates: bool = True  # --specdec-provisional gate|report
     alpha: float = DEFAULT_POLICY.alpha
     min_delta: float = DEFAULT_POLICY.min_delta
     lint: bool = True

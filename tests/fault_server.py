@@ -4,7 +4,8 @@
 with ``--specdec-server-url URL --specdec-engine llamacpp``. Its chat endpoint answers with the
 fault it was given (``fault`` may be changed while it runs):
 
-* ``ok`` streams ``tokens`` content events, a usage event and ``data: [DONE]`` (the control);
+* ``ok`` streams ``tokens`` content events (``token_s`` apart), a usage event and
+  ``data: [DONE]`` (the control);
 * ``http500`` answers HTTP 500 with a short body;
 * ``malformed`` streams one good event, then an event that is not JSON;
 * ``cut`` streams two events, then closes the connection in the middle of the chunked body;
@@ -26,6 +27,7 @@ import json
 import os
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -85,9 +87,10 @@ class _Handler(BaseHTTPRequestHandler):
             owner.released.wait(owner.stall_s)
             self.close_connection = True
             return
-        self._stream(fault, owner.tokens)
+        self._stream(fault, owner)
 
-    def _stream(self, fault: str, tokens: int) -> None:
+    def _stream(self, fault: str, owner: FaultServer) -> None:
+        tokens = owner.tokens
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -102,6 +105,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = [_event(_content(f"tok{i} ")) for i in range(tokens)]
             chunks = [*body, _event(_usage(tokens)), _event("[DONE]")]
         for chunk in chunks:
+            if owner.token_s and b'"content"' in chunk:
+                time.sleep(owner.token_s)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             self.wfile.flush()
         if fault == "cut":  # no terminating chunk: the connection just ends
@@ -120,12 +125,15 @@ class _HTTPServer(ThreadingHTTPServer):
 class FaultServer:
     """A local chat server that injects ``fault``; use as a context manager."""
 
-    def __init__(self, fault: str = "ok", *, tokens: int = 8, stall_s: float = 30.0) -> None:
+    def __init__(
+        self, fault: str = "ok", *, tokens: int = 8, stall_s: float = 30.0, token_s: float = 0.0
+    ) -> None:
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
         self.fault = fault
         self.tokens = tokens
         self.stall_s = stall_s
+        self.token_s = token_s  # pause before each content event: sets the measured tok/s
         self.released = threading.Event()
         self.chats = 0
         self.auth: list[str | None] = []

@@ -26,6 +26,7 @@ from pytest_specdec.judge import (
     failures,
     judge_baseline,
     judge_reference,
+    not_gating,
     update_baseline,
 )
 from pytest_specdec.stats import Outcome, VerdictPolicy
@@ -88,7 +89,26 @@ def test_history_then_regression_then_unchanged(tmp_path: Path) -> None:
     assert judged.suite is not None and judged.suite.outcome is Outcome.REGRESSED
     assert 0.78 < judged.suite.ratio < 0.82
     assert failures([judged], ["regressed"]) == [f"base: {judged.suite.explanation}"]
+    # Six sessions: a final verdict, so it gates whatever --specdec-provisional says.
+    assert not judged.suite.provisional and failures([judged], ["regressed"], False)
+    assert not_gating([judged], ["regressed"]) == []
     assert judged.accept["code"]["change"] == pytest.approx(0.0)
+
+
+def test_provisional_regression_gates_by_default_and_can_be_reported_only(
+    tmp_path: Path,
+) -> None:
+    doc = results_doc({"base": {"code": 100, "prose": 80}}, seed=1, started="n1")
+    update_baseline(doc, doc["configs"][0], tmp_path)  # one session: provisional verdicts
+    slow = results_doc({"base": {"code": 80, "prose": 64}}, seed=2, started="n2")
+    judged = judge_baseline(slow, slow["configs"][0], tmp_path, POLICY)
+    assert judged.suite is not None and judged.suite.provisional
+    assert judged.suite.outcome is Outcome.REGRESSED
+    assert failures([judged], ["regressed"]) == [f"base: {judged.suite.explanation}"]
+    assert failures([judged], ["regressed"], provisional_gates=False) == []
+    assert not_gating([judged], ["regressed"]) == [
+        f"base: {judged.suite.explanation} — reported, not gating (--specdec-provisional report)"
+    ]
 
 
 def test_sessions_are_appended_one_entry_each(tmp_path: Path) -> None:

@@ -79,6 +79,11 @@ def test_baseline_update_show_and_compare(
     assert "base--m-gguf.json" in shown and "1" in shown
     assert main(["compare", str(root / "old.json"), str(root / "new.json")]) == 1
     assert "base: REGRESSED (provisional): 0.70" in capsys.readouterr().out
+    args = ["compare", str(root / "old.json"), str(root / "new.json"), "--provisional", "report"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "base: REGRESSED (provisional): 0.70" in out
+    assert "— reported, not gating (--specdec-provisional report)" in out
     assert main(["compare", str(root / "old.json"), str(root / "old.json")]) == 0
     assert main(["report", "markdown", str(root / "new.json")]) == 0
     assert "| `base` |" in capsys.readouterr().out

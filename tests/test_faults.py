@@ -569,6 +569,35 @@ def test_damaged_baseline_fails_the_verdict_naming_it_and_is_not_overwritten(
     assert path.read_bytes() == before
 
 
+def test_provisional_regression_fails_by_default_and_is_reported_only_on_request(
+    suite_project: pytest.Pytester,
+) -> None:
+    """A one-session baseline, then a server half as fast: REGRESSED (provisional) fails the
+    run unless --specdec-provisional report, which lists it as not gating."""
+    workload = suite_project.path / "one.jsonl"
+    workload.write_text(ONE_PROMPT)
+    out = suite_project.path / "r.json"
+    common = ("--specdec-workload", str(workload), "--specdec-baseline-dir",
+              str(suite_project.path / "bl"))  # fmt: skip
+    with FaultServer("ok", tokens=10, token_s=0.01) as server:
+        first = _measure_external(suite_project, server.url, out, *common,
+                                  "--specdec-update-baselines")  # fmt: skip
+        assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+        server.token_s = 0.02
+        gated = _measure_external(suite_project, server.url, out, *common)
+        reported = _measure_external(suite_project, server.url, out, *common,
+                                     "--specdec-provisional", "report")  # fmt: skip
+    assert gated.ret == pytest.ExitCode.TESTS_FAILED, gated.stdout.str()
+    gated.stdout.fnmatch_lines(
+        ["*faulty: REGRESSED (provisional): 0.*", "FAILED*test_verdict[[]faulty[]]*"]
+    )
+    assert "not gating" not in gated.stdout.str()
+    assert reported.ret == pytest.ExitCode.OK, reported.stdout.str()
+    reported.stdout.fnmatch_lines(
+        ["faulty: REGRESSED (provisional): 0.* — reported, not gating (--specdec-provisional*"]
+    )
+
+
 # --- 6. concurrent baseline updates -----------------------------------------------------------
 # Threads of one process: tests/test_baselines.py::test_concurrent_writers_keep_every_session.
 
