@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -163,6 +165,7 @@ class Runner:
         self.records: dict[str, ConfigRecord] = {}
         self.started_at = utc_now()
         self.loop = LoopThread()
+        self._secrets: Path | None = None
         self._transport = transport
         self.gpu: Any = gpu.describe() if gpu is not None else None
         self.notes: list[str] = []
@@ -276,7 +279,10 @@ class Runner:
         timeout = self.options.startup_timeout_s or engine.settings.startup_timeout_s
         for attempt in range(PORT_RETRIES):
             port = free_port(self.options.host)
-            ctx = BootContext(cfg, target, draft, self.options.host, port, self.options.api_key)
+            ctx = BootContext(
+                cfg, target, draft, self.options.host, port, self.options.api_key,
+                secret_dir=self._secret_dir() if docker is None else None,
+            )  # fmt: skip
             spec = engine.build_command(ctx)
             if self.gpu_session is not None:  # this worker's GPUs, unless the config pins its own
                 spec.env.update({**self.gpu_session.engine_env(), **spec.env})
@@ -554,9 +560,20 @@ class Runner:
         if self.options.results_path is not None:
             atomic_write_json(self.options.results_path, self.document())
 
+    def _secret_dir(self) -> Path | None:
+        """A 0700 folder for files that carry the API key to an engine; removed at close."""
+        if not self.options.api_key:
+            return None
+        if self._secrets is None:
+            self._secrets = Path(tempfile.mkdtemp(prefix="specdec-secrets-"))
+        return self._secrets
+
     def close(self) -> None:
         self.write_results()
         self.loop.close()
+        if self._secrets is not None:
+            shutil.rmtree(self._secrets, ignore_errors=True)
+            self._secrets = None
         if self.gpu_session is not None:
             self.gpu_session.close()
 

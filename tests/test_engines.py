@@ -13,8 +13,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
-from pytest_specdec.configs import ENGINES, Registry, SpecConfig, load_registry, preset_configs
+from pytest_specdec.configs import (
+    ENGINES,
+    Registry,
+    SpecConfig,
+    load_registry,
+    parse_config,
+    preset_configs,
+)
 from pytest_specdec.engines import (
     ENGINE_CLASSES,
     Engine,
@@ -29,7 +37,9 @@ from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.openai import OpenAIEngine
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.engines.vllm import VLLMEngine
-from pytest_specdec.suitefile import EngineSettings
+from pytest_specdec.runner import Runner, RunOptions
+from pytest_specdec.suitefile import EngineSettings, SuiteSettings
+from pytest_specdec.workloads import load_workload
 
 MODEL = "/models/target model.gguf"
 DRAFT = "/models/draft.gguf"
@@ -262,6 +272,47 @@ def test_vllm_falls_back_to_the_configured_binary_name() -> None:
 
 
 # --- all engines: secrets and literal arguments -----------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", preset_params("sglang"))
+def test_sglang_key_goes_in_a_private_config_file_not_the_argv(
+    cfg: SpecConfig, tmp_path: Path
+) -> None:
+    engine = make_engine("sglang", SETTINGS["sglang"])
+    spec = engine.build_command(replace(context(cfg), secret_dir=tmp_path))
+    path = Path(value_after(spec.argv, "--config"))
+    assert path.parent == tmp_path and "--api-key" not in spec.argv
+    assert not any(API_KEY in a for a in spec.argv) and API_KEY not in json.dumps(spec.env)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert yaml.safe_load(path.read_text()) == {"api-key": API_KEY}
+    assert spec.secrets == (API_KEY,) and spec.redacted_argv() == spec.argv
+
+
+def test_runner_keeps_key_files_in_a_private_folder_removed_at_close(tmp_path: Path) -> None:
+    options = RunOptions(results_path=tmp_path / "r.json", api_key="k", log_dir=tmp_path)
+    runner = Runner(options, REGISTRY, SuiteSettings(), load_workload("seed"))
+    folder = runner._secret_dir()
+    assert folder is not None and folder == runner._secret_dir()  # one per run
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    (folder / "sglang-1.yaml").write_text("api-key: k\n")
+    runner.close()
+    assert not folder.exists()
+    keyless = Runner(
+        replace(options, api_key=None), REGISTRY, SuiteSettings(), load_workload("seed")
+    )
+    assert keyless._secret_dir() is None
+    keyless.close()
+
+
+def test_sglang_key_stays_on_the_argv_when_the_config_brings_its_own_file(
+    tmp_path: Path,
+) -> None:
+    cfg = parse_config("own", {"engine": "sglang", "args": ["--config", "mine.yaml"]}, "f")
+    engine = make_engine("sglang", SETTINGS["sglang"])
+    spec = engine.build_command(replace(context(cfg), secret_dir=tmp_path))
+    assert value_after(spec.argv, "--config") == "mine.yaml"  # SGLang takes one --config
+    assert value_after(spec.redacted_argv(), "--api-key") == "***"
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("cfg", [pytest.param(c, id=c.qualified_name) for c in PRESETS])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -142,3 +144,33 @@ def test_sglang_parser_rejects_a_bad_value(sglang_python: str) -> None:
     spec = engine.build_command(BootContext(cfg, "org/target", None, "127.0.0.1", 30000))
     (finding,) = engine.lint(spec)
     assert "invalid int value: 'three'" in finding.problem
+
+
+KEY_PROBE = r"""
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+parser = argparse.ArgumentParser(prog="sglang serve")
+ServerArgs.add_cli_args(parser)
+argv = ConfigArgumentMerger(parser).merge_config_with_args(json.loads(sys.argv[1]))
+print(json.dumps(parser.parse_args(argv).api_key))
+"""
+
+
+def test_sglang_reads_the_key_file_the_adapter_writes(sglang_python: str, tmp_path: Path) -> None:
+    """What SGLang's own launcher does with --config (prepare_server_args): the key, quotes,
+    backslash and non-ASCII included, arrives as api_key while the argv never holds it."""
+    key = 'k"ey\\with/quotes é'
+    engine = make_engine("sglang", EngineSettings(python=sglang_python))
+    cfg = Registry(preset_configs()).resolve("eagle3", "sglang")
+    ctx = BootContext(cfg, "org/target", "org/drafter", "127.0.0.1", 30000, key, tmp_path)
+    spec = engine.build_command(ctx)
+    server_args = spec.argv[spec.argv.index("sglang.launch_server") + 1 :]
+    assert not any(key in a for a in server_args)
+    proc = subprocess.run(
+        [sglang_python, "-c", KEY_PROBE, json.dumps(server_args)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == key
+    assert engine.lint(spec) == []  # type: ignore[attr-defined]

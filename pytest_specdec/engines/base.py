@@ -8,9 +8,11 @@ Lifecycle steps, named the same in every adapter:
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
@@ -37,6 +39,9 @@ class BootContext:
     host: str
     port: int
     api_key: str | None = None
+    # A private (0700) folder for files that carry secrets to an engine that reads them
+    # (SGLang's --config YAML); None where the engine cannot see this machine's files.
+    secret_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -246,20 +251,34 @@ def apply_timings(final: Mapping[str, Any], rec: RunRecord, absent_is_zero: bool
 
 
 def finish_spec(
-    argv: list[str], ctx: BootContext, settings: EngineSettings, key_env: str | None = None
+    argv: list[str],
+    ctx: BootContext,
+    settings: EngineSettings,
+    key_env: str | None = None,
+    key_in_file: bool = False,
 ) -> LaunchSpec:
     """Add the environment and the API key (a secret kept out of every record). With
-    ``key_env`` the key travels in that environment variable: a command line is readable by
-    every local user (``ps``), a process environment is not."""
+    ``key_env`` the key travels in that environment variable, with ``key_in_file`` in a file
+    the adapter wrote and named in ``argv``: a command line is readable by every local user
+    (``ps``), a process environment or a 0600 file is not."""
     env = {**settings.env, **ctx.config.env}
     secrets: tuple[str, ...] = ()
     if ctx.api_key:
         secrets = (ctx.api_key,)
         if key_env:
             env[key_env] = ctx.api_key
-        else:
+        elif not key_in_file:
             argv = [*argv, "--api-key", ctx.api_key]
     return LaunchSpec(argv=argv, env=env, secrets=secrets)
+
+
+def write_private(folder: Path, name: str, text: str) -> Path:
+    """Write ``text`` to ``folder/name``, readable by this user only (created 0600)."""
+    path = folder / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return path
 
 
 class EngineBase:

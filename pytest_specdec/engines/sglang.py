@@ -9,6 +9,7 @@ per-request speculative stats only come from the native ``/generate`` endpoint's
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from pytest_specdec.engines.base import (
     finish_spec,
     finite_or_none,
     stream_chat,
+    write_private,
 )
 from pytest_specdec.lint import Finding, lint_sglang
 from pytest_specdec.results import RunRecord
@@ -112,6 +114,11 @@ class SGLangEngine(EngineBase):
         if ctx.draft_model:
             argv += ["--speculative-draft-model-path", ctx.draft_model]
         argv += [*self.settings.extra_args, *ctx.config.args]
+        if ctx.api_key and ctx.secret_dir is not None and "--config" not in argv:
+            # SGLang merges a --config YAML into its arguments: the key stays off the argv.
+            text = f"api-key: {json.dumps(ctx.api_key)}\n"  # a JSON string is a YAML scalar
+            path = write_private(ctx.secret_dir, f"sglang-{ctx.port}.yaml", text)
+            return finish_spec([*argv, "--config", str(path)], ctx, self.settings, key_in_file=True)
         return finish_spec(argv, ctx, self.settings)
 
     def version(self) -> str | None:
