@@ -33,7 +33,10 @@ T = TypeVar("T")
 
 READ_SIZE = 1 << 16
 MAX_HEAD_BYTES = 1 << 16
-_DROPPED_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"accept-encoding"}
+# Set by the transport itself: framing, encoding and connection handling.
+_DROPPED_HEADERS = {
+    b"connection", b"keep-alive", b"transfer-encoding", b"accept-encoding", b"content-length"
+}  # fmt: skip
 
 
 class _ProtocolError(Exception):
@@ -128,26 +131,7 @@ class _Body(httpx.AsyncByteStream):
         if self._framing == "none":
             return
         chunked = ChunkedDecoder() if self._framing == "chunked" else None
-        data = b""
         while True:
-            if data:
-                if chunked is not None:
-                    try:
-                        piece = chunked.feed(data)
-                    except _ProtocolError as exc:
-                        raise httpx.RemoteProtocolError(str(exc), request=self._request) from exc
-                    if piece:
-                        yield piece
-                    if chunked.done:
-                        return
-                elif self._framing == "length":
-                    piece = data[: self._left]
-                    self._left -= len(piece)
-                    yield piece
-                    if not self._left:
-                        return
-                else:
-                    yield data
             data = await self._read()
             if not data:
                 if self._framing == "eof":
@@ -156,6 +140,23 @@ class _Body(httpx.AsyncByteStream):
                     "peer closed connection without sending complete message body",
                     request=self._request,
                 )
+            if chunked is not None:
+                try:
+                    piece = chunked.feed(data)
+                except _ProtocolError as exc:
+                    raise httpx.RemoteProtocolError(str(exc), request=self._request) from exc
+                if piece:
+                    yield piece
+                if chunked.done:
+                    return
+            elif self._framing == "length":
+                piece = data[: self._left]
+                self._left -= len(piece)
+                yield piece
+                if not self._left:
+                    return
+            else:
+                yield data
 
     async def _read(self) -> bytes:
         try:
@@ -222,7 +223,7 @@ def _head(request: httpx.Request, content_length: int) -> bytes:
     target = request.url.raw_path
     lines = [request.method.encode("ascii") + b" " + target + b" HTTP/1.1"]
     for name, value in request.headers.raw:
-        if name.lower() not in _DROPPED_HEADERS and name.lower() != b"content-length":
+        if name.lower() not in _DROPPED_HEADERS:
             lines.append(name + b": " + value)
     lines.append(b"Accept-Encoding: identity")
     lines.append(b"Connection: close")

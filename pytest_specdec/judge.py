@@ -306,24 +306,34 @@ def failures(
 
     With ``provisional_gates`` False, a provisional verdict (a baseline of fewer sessions than
     the prediction-interval test needs, or a one-session A/B) is reported, not failed on."""
-    wanted = {f.upper() for f in fail_on}
     out = []
     for j in judgements:
         if j.status == MISMATCH:
             out.append(f"{j.config}: {j.message}")
-        elif (
-            j.suite is not None
-            and j.suite.outcome.value in wanted
-            and (provisional_gates or not j.suite.provisional)
-        ):
-            out.append(f"{j.config}: {j.suite.explanation}")
+            continue
+        verdict = _failing_verdict(j, fail_on)
+        if verdict is not None and (provisional_gates or not verdict.provisional):
+            out.append(f"{j.config}: {verdict.explanation}")
     return out
 
 
 def not_gating(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[str]:
     """The provisional verdicts that would fail the run if provisional verdicts gated."""
-    held = set(failures(judgements, fail_on)) - set(failures(judgements, fail_on, False))
-    return [f"{line} — reported, not gating (--specdec-provisional report)" for line in held]
+    out = []
+    for j in judgements:
+        verdict = _failing_verdict(j, fail_on)
+        if verdict is not None and verdict.provisional and j.status != MISMATCH:
+            out.append(
+                f"{j.config}: {verdict.explanation} — reported, not gating "
+                "(--specdec-provisional report)"
+            )
+    return out
+
+
+def _failing_verdict(j: Judgement, fail_on: Sequence[str]) -> Verdict | None:
+    """The suite verdict when its outcome is one the run is asked to fail on."""
+    wanted = {f.upper() for f in fail_on}
+    return j.suite if j.suite is not None and j.suite.outcome.value in wanted else None
 
 
 def session_cells(
