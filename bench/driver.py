@@ -68,6 +68,7 @@ from pytest_specdec.launch import (  # noqa: E402
     stop_process,
     wait_ready,
 )
+from pytest_specdec.options import positive_int  # noqa: E402
 from pytest_specdec.results import (  # noqa: E402
     RunRecord,
     atomic_write_json,
@@ -615,15 +616,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--batch",
-        type=int,
+        type=positive_int,
         default=16,
         help="SSE events per socket write of the unpaced server (default 16; 1 = one a write)",
     )
     parser.add_argument("--json", type=Path, help="also write the results to this file")
-    args = parser.parse_args(argv)
-    if args.batch < 1:
-        parser.error(f"--batch {args.batch}: give a positive number of events per write")
-    return args
+    return parser.parse_args(argv)
 
 
 def pick_cores() -> tuple[int, int | None]:
