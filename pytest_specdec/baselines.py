@@ -228,6 +228,7 @@ def session_entry(
         "added_at": utc_now(),
         "started_at": results.get("started_at"),
         "engine_version": config.get("engine_version"),
+        "engine_env": (config.get("extra") or {}).get("engine_env"),
         "commit": (results.get("options") or {}).get("commit"),
         "host": (results.get("host") or {}).get("hostname"),
         "session": session,

@@ -26,7 +26,9 @@ from pytest_specdec.export_markdown import (
     verdict_section,
 )
 from pytest_specdec.judge import Judgement
+from pytest_specdec.report import roofline_lines
 from pytest_specdec.results import ConfigRecord
+from pytest_specdec.roofline import by_config
 from pytest_specdec.summary import summarize
 
 # The pytest-benchmark JSON layout this module writes (read by pytest-benchmark >= 3.1).
@@ -65,6 +67,8 @@ def hardware_label(results: Mapping[str, Any]) -> str:
 def markdown_summary(results: Mapping[str, Any]) -> str:
     """A GitHub-flavoured Markdown report of one results document (for the job summary)."""
     recs, prompts = records(results), prompt_names(results)
+    rooflines = by_config(results)
+    roof_lines = roofline_lines(rooflines)
     workload = (results.get("workload") or {}).get("name") or "workload"
     options = results.get("options") or {}
     count = options.get("sessions") or 1
@@ -85,7 +89,8 @@ def markdown_summary(results: Mapping[str, Any]) -> str:
         "over prompts (the suite score). Failed runs and runs ruled out by GPU hygiene "
         "(invalid) are counted, never averaged in.",
         "",
-        throughput_table(recs, prompts),
+        throughput_table(recs, prompts, rooflines),
+        *(["", *(f"- {md(line)}" for line in roof_lines)] if roof_lines else []),
         "",
         "### Verdicts (suite score)",
         "",

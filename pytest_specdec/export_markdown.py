@@ -14,6 +14,7 @@ from typing import Any
 from pytest_specdec.gpu_hygiene import DEFAULT_INVALIDATING_BITS
 from pytest_specdec.gpu_telemetry import decode_reasons
 from pytest_specdec.results import ConfigRecord, RunRecord
+from pytest_specdec.roofline import describe as roofline_cell
 from pytest_specdec.summary import CellSummary, config_cells, suite_geomean
 
 INVALIDATING = set(decode_reasons(DEFAULT_INVALIDATING_BITS))
@@ -60,19 +61,26 @@ def _cell(c: CellSummary, runs: Sequence[RunRecord]) -> str:
     return " · ".join([text, *flags])
 
 
-def throughput_table(recs: Sequence[ConfigRecord], prompts: Sequence[str]) -> str:
+def throughput_table(
+    recs: Sequence[ConfigRecord],
+    prompts: Sequence[str],
+    rooflines: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> str:
+    roof = rooflines or {}
+    with_roof = any((r or {}).get("share") is not None for r in roof.values())
     rows = []
     for rec in recs:
+        tail = [roofline_cell(roof.get(rec.name))] if with_roof else []
         if rec.error and not rec.measured():
-            rows.append([code(rec.name), "**BOOT FAILED**", *[NONE] * len(prompts)])
+            rows.append([code(rec.name), "**BOOT FAILED**", *[NONE] * len(prompts), *tail])
             continue
         cells = config_cells(rec, prompts)
         geo = suite_geomean(cells)
         geo_text = f"**{geo:.1f}**" if geo is not None else NONE
-        rows.append(
-            [code(rec.name), *(_cell(cells[p], rec.measured(p)) for p in prompts), geo_text]
-        )
-    return md_table(["config", *(md(p) for p in prompts), "geomean"], rows)
+        cols = [_cell(cells[p], rec.measured(p)) for p in prompts]
+        rows.append([code(rec.name), *cols, geo_text, *tail])
+    header = ["config", *(md(p) for p in prompts), "geomean"]
+    return md_table(header + (["decode tok/s (roofline)"] if with_roof else []), rows)
 
 
 def _outcome(j: Mapping[str, Any]) -> str:
@@ -127,6 +135,7 @@ def _verdict_row(j: Mapping[str, Any]) -> list[str]:
         mde,
         runs,
         _accept_change(j),
+        md(j.get("cause") or NONE),
         "<br>".join(md(n) for n in notes if n),
     ]
 
@@ -141,8 +150,8 @@ def verdict_section(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
     if not verdicts:
         return ["_No verdicts recorded: nothing was judged against a baseline or reference._"]
     header = ["config", "verdict", "ratio [CI]", "p raw / Holm", "MDE (δ)", "n new / ref"]
-    header += ["accept Δ", "against · notes"]
-    out = [md_table(header, [_verdict_row(j) for j in verdicts], "llrrrrrl"), ""]
+    header += ["accept Δ", "cause", "against · notes"]
+    out = [md_table(header, [_verdict_row(j) for j in verdicts], "llrrrrrll"), ""]
     out += [f"- {code(j.get('config'))}: {md(j.get('message'))}" for j in verdicts]
     prompt_rows = [
         _prompt_row(str(j.get("config")), p, v)

@@ -212,6 +212,8 @@ class GpuFingerprint:
     power_limit_w: float | None
     enforced_power_limit_w: float | None
     max_sm_clock_mhz: int | None
+    max_memory_clock_mhz: int | None
+    memory_bus_width_bits: int | None
     applications_sm_clock_mhz: int | None
     applications_mem_clock_mhz: int | None
     locked_sm_clock_mhz: int | None  # only a lock this process set (see gpu_hygiene.ClockLock)
@@ -247,6 +249,8 @@ def fingerprint(index: int, nvml: Any | None = None) -> GpuFingerprint:
     app_sm = _try(nv, "nvmlDeviceGetApplicationsClock", h, getattr(nv, "NVML_CLOCK_SM", 1))
     app_mem = _try(nv, "nvmlDeviceGetApplicationsClock", h, getattr(nv, "NVML_CLOCK_MEM", 2))
     max_sm = _try(nv, "nvmlDeviceGetMaxClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
+    max_mem = _try(nv, "nvmlDeviceGetMaxClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2))
+    bus = _try(nv, "nvmlDeviceGetMemoryBusWidth", h)
     driver = _try(nv, "nvmlSystemGetDriverVersion")
     return GpuFingerprint(
         index=index,
@@ -259,6 +263,8 @@ def fingerprint(index: int, nvml: Any | None = None) -> GpuFingerprint:
         power_limit_w=_watts(_try(nv, "nvmlDeviceGetPowerManagementLimit", h)),
         enforced_power_limit_w=_watts(_try(nv, "nvmlDeviceGetEnforcedPowerLimit", h)),
         max_sm_clock_mhz=None if max_sm is None else int(max_sm),
+        max_memory_clock_mhz=None if max_mem is None else int(max_mem),
+        memory_bus_width_bits=None if bus is None else int(bus),
         applications_sm_clock_mhz=None if app_sm is None else int(app_sm),
         applications_mem_clock_mhz=None if app_mem is None else int(app_mem),
         locked_sm_clock_mhz=LOCKED_SM_CLOCKS.get(uuid),

@@ -54,6 +54,8 @@ class Judgement:
     prompts: dict[str, Verdict] = field(default_factory=dict)
     accept: dict[str, dict[str, float | None]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cause: str | None = None  # drafter | kernel | both | target | speculation (see attribute)
+    cause_text: str | None = None
 
     @property
     def outcome(self) -> str:
@@ -70,7 +72,17 @@ class Judgement:
             "prompts": {p: v.to_dict() for p, v in self.prompts.items()},
             "accept": self.accept,
             "notes": self.notes,
+            "cause": self.cause,
+            "cause_text": self.cause_text,
         }
+
+    def explain(self) -> Judgement:
+        """Set the message from the suite verdict and the cause of the change (in place)."""
+        if self.suite is not None:
+            self.cause, self.cause_text = attribute(self.suite, self.accept)
+            tail = f"; {self.cause_text}" if self.cause_text else ""
+            self.message = self.suite.explanation + tail
+        return self
 
 
 def prompt_runs(
@@ -154,6 +166,57 @@ def _accept_change(
     return out
 
 
+ACCEPT_TOLERANCE = 0.02  # accept lengths within ±2% count as unchanged
+
+
+def attribute(
+    verdict: Verdict, accept: Mapping[str, Mapping[str, float | None]]
+) -> tuple[str | None, str | None]:
+    """Why the suite score moved: the drafter (accept length), the kernels (speed per verify
+    step), both, or the target's own decoding (no speculation). Output tok/s factors exactly
+    into accept length x verify steps per second, so the ratio splits into the two.
+
+    Returns ``(cause, sentence)``; ``(None, None)`` when nothing moved or nothing is known."""
+    pairs = [(a.get("new"), a.get("reference")) for a in accept.values()]
+    both = [(n, r) for n, r in pairs if n and r]
+    new_only = [n for n, r in pairs if n and not r]
+    if not both and not new_only:
+        if verdict.outcome.value in ("REGRESSED", "IMPROVED"):
+            return "target", (
+                "cause: no accept length on either side (no speculation, or the engine reports "
+                "none), so decoding itself changed: kernels, engine or host, not a drafter"
+            )
+        return None, None
+    if not both:  # speculation against plain decoding (e.g. --specdec-reference baseline)
+        mean_accept = math.exp(statistics.fmean(math.log(n) for n in new_only))
+        step = verdict.ratio / mean_accept
+        return "speculation", (
+            f"speculation: {mean_accept:.2f} tokens per verify step, each step costing "
+            f"{1 / step:.2f} plain decode steps (verify steps/s x{step:.3f})"
+        )
+    accept_ratio = math.exp(statistics.fmean(math.log(n / r) for n, r in both))
+    step = verdict.ratio / accept_ratio
+    moved = verdict.outcome.value in ("REGRESSED", "IMPROVED")
+    facts = f"accept length {accept_ratio - 1:+.1%}, verify steps/s {step - 1:+.1%}"
+    if abs(accept_ratio - 1) < ACCEPT_TOLERANCE:
+        if not moved:
+            return None, f"accept length unchanged ({facts})"
+        pace = "slower" if step < 1 else "faster"
+        return "kernel", (
+            f"cause: kernel side: accept length unchanged ({facts}), so each verify step "
+            f"(drafting + verification) got {pace}: not the drafter"
+        )
+    if not moved:
+        return None, f"accept length moved ({facts}) without a decided change in tok/s"
+    if abs(math.log(step)) < abs(math.log(accept_ratio)) / 3:
+        fewer = "fewer" if accept_ratio < 1 else "more"
+        return "drafter", (
+            f"cause: drafter: the accept length explains the change ({facts}): {fewer} drafted "
+            "tokens are accepted per step, while a step costs what it did"
+        )
+    return "both", f"cause: drafter and kernel side both moved ({facts})"
+
+
 def judge_reference(
     results: Mapping[str, Any],
     config: Mapping[str, Any],
@@ -192,8 +255,7 @@ def judge_reference(
     judgement.accept = _accept_change(
         accept_means(config, prompts), accept_means(reference, prompts)
     )
-    judgement.message = judgement.suite.explanation
-    return judgement
+    return judgement.explain()
 
 
 def _history_accept(baseline: Baseline, prompts: Sequence[str]) -> dict[str, float | None]:
@@ -220,6 +282,23 @@ def _history_verdict(
         return against_history_sessions(summaries, history, policy)
     # Fewer sessions than a prediction interval needs: Welch against the stored raw runs.
     return welch_log([v for s in new for v in s], raw, policy, provisional=True)
+
+
+def engine_env_change(session: Mapping[str, Any], config: Mapping[str, Any]) -> str | None:
+    """The engine-relevant environment variables that differ from the latest baseline session
+    (e.g. ``LLAMA_ARG_UBATCH``): they change an engine without changing a flag or the key."""
+    before = session.get("engine_env")
+    now = (config.get("extra") or {}).get("engine_env")
+    if before is None or now is None:
+        return None  # not recorded on one side (older files, external servers, containers)
+    changed = [
+        f"{k}: {before.get(k, 'unset')!s} → {now.get(k, 'unset')!s}"
+        for k in sorted(set(before) | set(now))
+        if before.get(k) != now.get(k)
+    ]
+    if not changed:
+        return None
+    return "engine environment differs from the latest baseline session: " + "; ".join(changed)
 
 
 def judge_baseline(
@@ -258,6 +337,9 @@ def judge_baseline(
         judgement.notes.append(
             f"engine version {baseline.key.get('engine_version')} → {key.get('engine_version')}"
         )
+    env_change = engine_env_change(baseline.sessions[-1], config)
+    if env_change:
+        judgement.notes.append(env_change)
     partial = _partial(config, prompts)
     if partial:
         judgement.status, judgement.message = PARTIAL, partial
@@ -281,8 +363,7 @@ def judge_baseline(
     judgement.accept = _accept_change(
         accept_means(config, prompts), _history_accept(baseline, prompts)
     )
-    judgement.message = judgement.suite.explanation
-    return judgement
+    return judgement.explain()
 
 
 def adjust(judgements: Sequence[Judgement], policy: VerdictPolicy) -> list[Judgement]:
@@ -293,8 +374,7 @@ def adjust(judgements: Sequence[Judgement], policy: VerdictPolicy) -> list[Judge
     out = []
     for j in judgements:
         if j.config in by_config:
-            suite = by_config[j.config]
-            j = replace(j, suite=suite, message=suite.explanation)
+            j = replace(j, suite=by_config[j.config]).explain()
         out.append(j)
     return out
 
@@ -313,7 +393,7 @@ def failures(
             continue
         verdict = _failing_verdict(j, fail_on)
         if verdict is not None and (provisional_gates or not verdict.provisional):
-            out.append(f"{j.config}: {verdict.explanation}")
+            out.append(f"{j.config}: {j.message}")
     return out
 
 
@@ -324,8 +404,7 @@ def not_gating(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[
         verdict = _failing_verdict(j, fail_on)
         if verdict is not None and verdict.provisional and j.status != MISMATCH:
             out.append(
-                f"{j.config}: {verdict.explanation} — reported, not gating "
-                "(--specdec-provisional report)"
+                f"{j.config}: {j.message} — reported, not gating (--specdec-provisional report)"
             )
     return out
 
@@ -356,10 +435,11 @@ def session_cells(
     return cells
 
 
-def update_baseline(
-    results: Mapping[str, Any], config: Mapping[str, Any], root: Path, allow_mismatch: bool = False
-) -> str:
-    """Append each of this config's server sessions to its baseline; say what changed."""
+def session_entries(results: Mapping[str, Any], config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The baseline entries of this config's server sessions (what the baseline stores).
+
+    BaselineError when the config cannot give clean sessions (a failed run, a boot error, a
+    prompt not measured, a prompt without a successful run)."""
     prompts = _workload_prompts(results)
     failed = [r for r in config.get("runs", []) if r.get("phase") == "measure" and r.get("error")]
     if config.get("error") or failed:
@@ -371,26 +451,33 @@ def update_baseline(
     partial = _partial(config, prompts)
     if partial:
         raise BaselineError(f"{config['name']}: not added to the baseline: {partial}")
-    sessions = sessions_of(config)
-    for session in sessions:
-        problem = _usable(prompt_runs(config, prompts, session))
+    entries = []
+    for session in sessions_of(config):
+        runs = prompt_runs(config, prompts, session)
+        problem = _usable(runs)
         if problem:
             raise BaselineError(f"{config['name']}: not added to the baseline: {problem}")
+        suite_runs = _suite_runs(runs)
+        suite = SessionSummary.from_values(suite_runs)
+        cells = session_cells(config, prompts, session)
+        entries.append(session_entry(results, config, suite, suite_runs, cells, session))
+    return entries
+
+
+def update_baseline(
+    results: Mapping[str, Any], config: Mapping[str, Any], root: Path, allow_mismatch: bool = False
+) -> str:
+    """Append each of this config's server sessions to its baseline; say what changed."""
+    entries = session_entries(results, config)
     key = key_for(results, config)
     path = baseline_path(root, key)
     before = load_baseline(path)
     after = before
-    means = []
-    for session in sessions:
-        suite_runs = _suite_runs(prompt_runs(config, prompts, session))
-        suite = SessionSummary.from_values(suite_runs)
-        means.append(suite.mean_log)
-        cells = session_cells(config, prompts, session)
-        entry = session_entry(results, config, suite, suite_runs, cells, session)
+    for entry in entries:
         after = append_session(path, key, entry, allow_mismatch=allow_mismatch)
     old_n = len(before.sessions) if before else 0
     new_n = len(after.sessions) if after else 0
-    mean = statistics.fmean(means)
+    mean = statistics.fmean(e["suite"]["mean_log"] for e in entries)
     line = f"{config['name']}: {path}: {old_n} → {new_n} sessions; suite {math.exp(mean):.1f} tok/s"
     if before and before.suite_history():
         prev = statistics.fmean(h.mean_log for h in before.suite_history())

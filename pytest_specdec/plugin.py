@@ -34,6 +34,7 @@ from pytest_specdec.launch import LaunchError, kill_all
 from pytest_specdec.lossless import LosslessResult
 from pytest_specdec.report import terminal_summary, verdict_lines
 from pytest_specdec.results import ConfigRecord, atomic_write_json, merge_worker_results
+from pytest_specdec.roofline import annotate, by_config
 from pytest_specdec.runner import Runner, RunOptions, Server, resolve_configs
 from pytest_specdec.suitefile import load_suite_settings
 from pytest_specdec.workloads import Prompt, WorkloadError, load_workload
@@ -363,7 +364,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STASH_KEY, None)
     if state is not None and _is_xdist_controller(session.config):
         state.merged = merge_worker_results(state.results_path, state.started)
-        if state.merged is not None:
+        if state.merged is not None:  # runs of a config may come from several workers
+            atomic_write_json(state.results_path, annotate(state.merged))
             state.summary_lines += write_reports(session.config, state.merged)
         return
     if state is None or not state.used:
@@ -424,12 +426,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         records = {c["name"]: ConfigRecord.from_dict(c) for c in doc["configs"]}
         prompts = list(doc["workload"]["prompts"])
         extra = [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
-        lines = terminal_summary(records, prompts, str(state.results_path)) + extra
+        rooflines = {c["name"]: c.get("roofline") for c in doc["configs"]}
+        lines = terminal_summary(records, prompts, str(state.results_path), rooflines) + extra
     elif state.used:
         runner = state.runner
         prompts = [p.id for p in runner.workload.prompts]
         path = str(runner.options.results_path) if runner.options.results_path else None
-        lines = terminal_summary(runner.records, prompts, path)
+        rooflines = by_config(runner.document())
+        lines = terminal_summary(runner.records, prompts, path, rooflines)
         lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
         if state.lossless_lines:
             lines += ["lossless (greedy output vs the target without speculation):"]

@@ -9,6 +9,7 @@ from pytest_specdec.concurrency import LevelResult
 from pytest_specdec.concurrency import table as sweep_table
 from pytest_specdec.judge import Judgement
 from pytest_specdec.results import ConfigRecord
+from pytest_specdec.roofline import describe as roofline_cell
 from pytest_specdec.summary import CellSummary, config_cells, suite_geomean
 
 
@@ -30,16 +31,43 @@ def _cell(c: CellSummary) -> str:
     return text
 
 
-def table_rows(records: Sequence[ConfigRecord], prompts: Sequence[str]) -> list[list[str]]:
-    rows = [["config", *prompts, "geomean"]]
+def table_rows(
+    records: Sequence[ConfigRecord],
+    prompts: Sequence[str],
+    rooflines: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> list[list[str]]:
+    """Rows of the throughput table; a roofline column when any config has a share."""
+    roof = rooflines or {}
+    with_roof = any((r or {}).get("share") is not None for r in roof.values())
+    rows = [["config", *prompts, "geomean", *(["decode (roofline)"] if with_roof else [])]]
     for rec in records:
+        tail = [roofline_cell(roof.get(rec.name))] if with_roof else []
         if rec.error and not rec.runs:
-            rows.append([rec.name, *(["BOOT FAILED"] + ["-"] * (len(prompts) - 1)), "-"])
+            rows.append([rec.name, *(["BOOT FAILED"] + ["-"] * (len(prompts) - 1)), "-", *tail])
             continue
         cells = config_cells(rec, prompts)
         geo = suite_geomean(cells)
-        rows.append([rec.name, *(_cell(cells[p]) for p in prompts), f"{geo:.1f}" if geo else "-"])
+        geo_text = f"{geo:.1f}" if geo else "-"
+        rows.append([rec.name, *(_cell(cells[p]) for p in prompts), geo_text, *tail])
     return rows
+
+
+def roofline_lines(rooflines: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """What the roofline column means, once per distinct (bytes per token, peak bandwidth)."""
+    seen: dict[tuple[float, float], list[str]] = {}
+    for name, entry in rooflines.items():
+        if entry and entry.get("share") is not None:
+            key = (entry["bytes_per_token"], entry["peak_gb_per_s"])
+            seen.setdefault(key, []).append(name)
+    out = []
+    for (per_token, peak), names in seen.items():
+        source = next(str(e["peak_source"]) for n, e in rooflines.items() if n == names[0] and e)
+        out.append(
+            f"roofline ({', '.join(names)}): decode tok/s = 1 / median TPOT; share = decode tok/s "
+            f"x {per_token / 1e9:.2f} GB of target weights read per token / {peak:.0f} GB/s peak "
+            f"({source}); over 100% only speculation can reach"
+        )
+    return out
 
 
 def render_table(rows: Sequence[Sequence[str]]) -> str:
@@ -58,7 +86,10 @@ def render_table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def terminal_summary(
-    records: Mapping[str, ConfigRecord], prompts: Sequence[str], results_path: str | None
+    records: Mapping[str, ConfigRecord],
+    prompts: Sequence[str],
+    results_path: str | None,
+    rooflines: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> list[str]:
     """Lines for pytest's terminal summary."""
     if not records:
@@ -66,7 +97,8 @@ def terminal_summary(
     out = [
         "output tok/s: mean ±95% CI half-width over measured runs; aN = mean accept length "
         "(tokens per verify step) where the engine reports it",
-        render_table(table_rows(list(records.values()), prompts)),
+        render_table(table_rows(list(records.values()), prompts, rooflines)),
+        *roofline_lines(rooflines or {}),
     ]
     for rec in records.values():
         sweep = rec.extra.get("concurrency")
@@ -93,7 +125,7 @@ def terminal_summary(
 def _verdict_row(j: Judgement) -> list[str]:
     v = j.suite
     if v is None:
-        return [j.config, j.outcome, "-", "-", "-", "-", j.message.split(";")[0][:60]]
+        return [j.config, j.outcome, "-", "-", "-", "-", "-", j.message.split(";")[0][:60]]
     p_adj = f"{v.p_adjusted:.3g}" if v.p_adjusted is not None else "-"
     accepts = [c for a in j.accept.values() if (c := a.get("change")) is not None]
     accept = f"{sum(accepts) / len(accepts):+.1%}" if accepts else "-"
@@ -104,6 +136,7 @@ def _verdict_row(j: Judgement) -> list[str]:
         f"{min(v.p_regress, v.p_improve):.3g} / {p_adj}",
         f"{v.mde:.1%} (δ {v.delta:.1%})",
         accept,
+        j.cause or "-",
         j.against,
     ]
 
@@ -112,7 +145,8 @@ def verdict_lines(judgements: Sequence[Judgement]) -> list[str]:
     """The verdict table (suite score per config) and one explanation line per config."""
     if not judgements:
         return []
-    header = ["config", "verdict", "ratio [90% CI]", "p raw / Holm", "MDE", "accept Δ", "against"]
+    header = ["config", "verdict", "ratio [90% CI]", "p raw / Holm", "MDE", "accept Δ", "cause"]
+    header.append("against")
     out = ["verdicts (suite score = geometric mean over prompts):"]
     out.append(render_table([header, *(_verdict_row(j) for j in judgements)]))
     for j in judgements:

@@ -39,6 +39,7 @@ from pytest_specdec.launch import (
 )
 from pytest_specdec.lint import LintUnavailable
 from pytest_specdec.lossless import GreedyOutput, LosslessResult
+from pytest_specdec.modelfile import model_identity
 from pytest_specdec.reference import ensure_references, lossless
 from pytest_specdec.results import (
     ConfigRecord,
@@ -48,8 +49,9 @@ from pytest_specdec.results import (
     results_document,
     utc_now,
 )
+from pytest_specdec.roofline import annotate
 from pytest_specdec.stats import DEFAULT_POLICY, VerdictPolicy, sequential_plan
-from pytest_specdec.suitefile import SuiteSettings, model_identity
+from pytest_specdec.suitefile import SuiteSettings
 from pytest_specdec.workloads import Prompt, Workload
 
 PORT_RETRIES = 3
@@ -287,6 +289,11 @@ class Runner:
             if self.gpu_session is not None:  # this worker's GPUs, unless the config pins its own
                 spec.env.update({**self.gpu_session.engine_env(), **spec.env})
             record.command, record.env = spec.redacted_argv(), spec.redacted_env()
+            if docker is None:  # what the engine inherits and reads, beside its own variables
+                inherited = engine.inherited_env(os.environ)
+                record.extra["engine_env"] = {
+                    k: v for k, v in inherited.items() if k not in spec.env
+                }
             if attempt == 0 and self.options.lint and engine.name != "llamacpp":
                 self._lint_or_raise(cfg, engine, spec, record)
             log_path = self.options.log_dir / f"{cfg.engine}-{cfg.name}-{port}.log"
@@ -537,7 +544,8 @@ class Runner:
     # --- record -----------------------------------------------------------------------------
 
     def document(self) -> dict[str, Any]:
-        return results_document(
+        """The results document, with each config's roofline share (see roofline.py)."""
+        doc = results_document(
             self.records.values(),
             started_at=self.started_at,
             options=self.options.public(),
@@ -555,6 +563,7 @@ class Runner:
                 "references": [r.to_dict() for r in self.reference_records],
             },
         )
+        return annotate(doc)
 
     def write_results(self) -> None:
         if self.options.results_path is not None:

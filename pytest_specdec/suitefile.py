@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -171,22 +170,3 @@ def load_suite_settings(path: Path | None) -> SuiteSettings:
         engines=_engines(doc, where),
         path=path,
     )
-
-
-_HASH_CACHE: dict[tuple[str, int, int], str] = {}
-
-
-def model_identity(path_or_id: str) -> dict[str, Any]:
-    """A model's identity: file name, size and sha256 for local files; the id for hub names."""
-    path = Path(path_or_id)
-    if not path.is_file():
-        return {"id": path_or_id, "sha256": None, "size": None}
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _HASH_CACHE:
-        digest = hashlib.sha256()
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        _HASH_CACHE[key] = digest.hexdigest()
-    return {"id": path.name, "path": str(path), "sha256": _HASH_CACHE[key], "size": stat.st_size}

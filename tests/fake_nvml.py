@@ -158,7 +158,12 @@ class FakeNvml:
         return 700_000
 
     def nvmlDeviceGetMaxClockInfo(self, gpu: FakeGpu, clock: int) -> int:
+        self._call("nvmlDeviceGetMaxClockInfo", gpu)
         return 1980 if clock == self.NVML_CLOCK_SM else 3201
+
+    def nvmlDeviceGetMemoryBusWidth(self, gpu: FakeGpu) -> int:
+        self._call("nvmlDeviceGetMemoryBusWidth", gpu)
+        return 6144
 
     def nvmlDeviceGetApplicationsClock(self, gpu: FakeGpu, clock: int) -> int:
         self._call("nvmlDeviceGetApplicationsClock", gpu)

@@ -88,7 +88,10 @@ def test_history_then_regression_then_unchanged(tmp_path: Path) -> None:
     judged = judge_baseline(slow, slow["configs"][0], tmp_path, POLICY)
     assert judged.suite is not None and judged.suite.outcome is Outcome.REGRESSED
     assert 0.78 < judged.suite.ratio < 0.82
-    assert failures([judged], ["regressed"]) == [f"base: {judged.suite.explanation}"]
+    assert failures([judged], ["regressed"]) == [f"base: {judged.message}"]
+    # The same accept lengths, 20% slower: the message names the kernel side as the cause.
+    assert judged.message.startswith(judged.suite.explanation)
+    assert judged.cause == "kernel" and "cause: kernel side" in judged.message
     # Six sessions: a final verdict, so it gates whatever --specdec-provisional says.
     assert not judged.suite.provisional and failures([judged], ["regressed"], False)
     assert not_gating([judged], ["regressed"]) == []
@@ -104,10 +107,10 @@ def test_provisional_regression_gates_by_default_and_can_be_reported_only(
     judged = judge_baseline(slow, slow["configs"][0], tmp_path, POLICY)
     assert judged.suite is not None and judged.suite.provisional
     assert judged.suite.outcome is Outcome.REGRESSED
-    assert failures([judged], ["regressed"]) == [f"base: {judged.suite.explanation}"]
+    assert failures([judged], ["regressed"]) == [f"base: {judged.message}"]
     assert failures([judged], ["regressed"], provisional_gates=False) == []
     assert not_gating([judged], ["regressed"]) == [
-        f"base: {judged.suite.explanation} — reported, not gating (--specdec-provisional report)"
+        f"base: {judged.message} — reported, not gating (--specdec-provisional report)"
     ]
 
 

@@ -89,6 +89,7 @@ def synthetic() -> dict[str, Any]:
     judged.prompts = {"p1": verdict(Outcome.IMPROVED, 1.2, 1.1, 1.3, 0.001), "p2": undecided}
     judged.accept = {"p1": {"new": 2.5, "reference": 2.0, "change": 0.25}}
     judged.notes = ["engine version b3990 → b4000"]
+    judged.cause = "drafter"
     return {
         "schema": 1,
         "tool": {"name": "pytest-specdec", "version": "0.1.0"},
@@ -136,7 +137,8 @@ def test_markdown_verdict_table_has_outcome_ratio_p_mde_accept_and_notes() -> No
     text = markdown_summary(synthetic())
     row = (
         "| `draft-d4` | **REGRESSED** | 0.912 [0.880, 0.945] 90% | 0.0012 / 0.0024 | "
-        "3.1% (δ 3.0%) | 3 / 15 | +25.0% | reference baseline<br>engine version b3990 → b4000 |"
+        "3.1% (δ 3.0%) | 3 / 15 | +25.0% | drafter | reference baseline<br>engine version b3990 → "
+        "b4000 |"
     )
     assert row in text
     assert "- `draft-d4`: suite -8.8% vs reference" in text

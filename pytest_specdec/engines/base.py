@@ -57,6 +57,9 @@ class LaunchSpec:
         return {k: redact(v, self.secrets) for k, v in self.env.items()}
 
 
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+
+
 def redact(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
         if secret:
@@ -88,6 +91,8 @@ class Engine(Protocol):
     def build_command(self, ctx: BootContext) -> LaunchSpec: ...
 
     def version(self) -> str | None: ...
+
+    def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]: ...
 
     def lint(self, spec: LaunchSpec) -> list[Finding]: ...
 
@@ -287,9 +292,20 @@ class EngineBase:
 
     name = "base"
     readiness_path = "/health"
+    # Variables of the parent's environment that the engine reads (it inherits them all):
+    # recorded with each run, since they change the engine's behaviour without a flag.
+    env_prefixes: tuple[str, ...] = ("CUDA_", "NCCL_", "TORCH_", "PYTORCH_")
 
     def __init__(self, settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
+
+    def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The engine-relevant variables of ``environ``, values of secret-looking names hidden."""
+        return {
+            k: "***" if SECRET_NAME.search(k) else v
+            for k, v in sorted(environ.items())
+            if k.startswith(self.env_prefixes)
+        }
 
     async def is_ready(self, client: httpx.AsyncClient) -> bool:
         try:

@@ -33,6 +33,7 @@ from pytest_specdec.engines.base import (
 )
 from pytest_specdec.lint import Finding, lint_by_help
 from pytest_specdec.lossless import GreedyOutput
+from pytest_specdec.modelfile import cache_root
 from pytest_specdec.results import RunRecord
 from pytest_specdec.suitefile import EngineSettings
 
@@ -42,10 +43,6 @@ DRAFTS = "llamacpp:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
 ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 PER_POS = re.compile(r'llamacpp:spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\}')
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "pytest-specdec"))
 
 
 def _cached_binaries() -> list[Path]:
@@ -70,6 +67,7 @@ def find_binary(settings: EngineSettings) -> Path | None:
 class LlamaCppEngine(EngineBase):
     name = "llamacpp"
     readiness_path = "/health"
+    env_prefixes = (*EngineBase.env_prefixes, "LLAMA_", "GGML_")
 
     def check_installed(self) -> None:
         settings = self.settings

@@ -88,6 +88,7 @@ def apply_meta_info(meta: Mapping[str, Any], rec: RunRecord) -> None:
 class SGLangEngine(EngineBase):
     name = "sglang"
     readiness_path = "/health_generate"
+    env_prefixes = (*EngineBase.env_prefixes, "SGLANG_", "SGL_", "FLASHINFER_")
 
     def check_installed(self) -> None:
         settings = self.settings

@@ -43,6 +43,7 @@ def speculative_config_json(spec: Mapping[str, Any], draft_model: str | None) ->
 class VLLMEngine(EngineBase):
     name = "vllm"
     readiness_path = "/health"
+    env_prefixes = (*EngineBase.env_prefixes, "VLLM_")
 
     def check_installed(self) -> None:
         settings = self.settings
