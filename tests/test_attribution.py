@@ -1,0 +1,142 @@
+"""Why a verdict moved: drafter (accept length) or kernel side (speed per verify step), and the
+engine environment a run inherited. Checked on rules, then on the regressions injected on an
+NVIDIA H200 (docs/gpu-run/h200-memory-bound-*.json) against the baselines stored there."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.engines.base import EngineBase
+from pytest_specdec.engines.llamacpp import LlamaCppEngine
+from pytest_specdec.engines.sglang import SGLangEngine
+from pytest_specdec.judge import adjust, attribute, engine_env_change, judge_baseline
+from pytest_specdec.stats import Outcome, Verdict, VerdictPolicy
+
+REPO = Path(__file__).resolve().parent.parent
+RUNS = REPO / "docs" / "gpu-run"
+
+
+def verdict(outcome: Outcome, ratio: float) -> Verdict:
+    return Verdict(
+        outcome, ratio, ratio * 0.98, ratio * 1.02, 0.001, 0.999, 0.001, 0.03, 5, 5, 0.03, None,
+        "welch", False, None, "explained", 0.01, 0.9, 0.01, 8.0,
+    )  # fmt: skip
+
+
+def accept(new: float | None, ref: float | None) -> dict[str, dict[str, float | None]]:
+    return {"p1": {"new": new, "reference": ref}, "p2": {"new": new, "reference": ref}}
+
+
+def test_lower_accept_length_at_the_same_step_speed_is_the_drafter() -> None:
+    cause, text = attribute(verdict(Outcome.REGRESSED, 0.80), accept(3.2, 4.0))
+    assert cause == "drafter"
+    assert text is not None and "accept length -20.0%" in text and "fewer drafted" in text
+
+
+def test_same_accept_length_and_a_slower_step_is_the_kernel_side() -> None:
+    cause, text = attribute(verdict(Outcome.REGRESSED, 0.87), accept(4.01, 4.0))
+    assert cause == "kernel"
+    assert text is not None and "got slower: not the drafter" in text
+    assert "verify steps/s -13.2%" in text
+    faster = attribute(verdict(Outcome.IMPROVED, 1.2), accept(4.0, 4.0))
+    assert faster[0] == "kernel" and "got faster" in str(faster[1])
+
+
+def test_both_moving_and_no_speculation_and_no_change() -> None:
+    assert attribute(verdict(Outcome.REGRESSED, 0.76), accept(3.3, 4.0))[0] == "both"
+    target = attribute(verdict(Outcome.REGRESSED, 0.9), accept(None, None))
+    assert target[0] == "target" and "not a drafter" in str(target[1])
+    assert attribute(verdict(Outcome.UNCHANGED, 1.0), accept(None, None)) == (None, None)
+    same = attribute(verdict(Outcome.UNCHANGED, 1.0), accept(4.0, 4.0))
+    assert same[0] is None and "accept length unchanged" in str(same[1])
+
+
+def test_speculation_against_plain_decoding_says_what_a_step_costs() -> None:
+    cause, text = attribute(verdict(Outcome.IMPROVED, 1.777), accept(8.78, None))
+    assert cause == "speculation"
+    assert text is not None and "8.78 tokens per verify step" in text
+    assert "each step costing 4.94 plain decode steps" in text
+
+
+def test_inherited_engine_environment_is_filtered_by_engine_and_secrets_hidden() -> None:
+    environ = {
+        "LLAMA_ARG_UBATCH": "4", "GGML_CUDA_DISABLE_GRAPHS": "1", "LLAMA_API_KEY": "s3cret",
+        "CUDA_LAUNCH_BLOCKING": "1", "SGLANG_DDTREE_MAX_TOPK": "8", "HOME": "/root",
+    }  # fmt: skip
+    assert LlamaCppEngine().inherited_env(environ) == {
+        "CUDA_LAUNCH_BLOCKING": "1", "GGML_CUDA_DISABLE_GRAPHS": "1", "LLAMA_API_KEY": "***",
+        "LLAMA_ARG_UBATCH": "4",
+    }  # fmt: skip
+    assert SGLangEngine().inherited_env(environ) == {
+        "CUDA_LAUNCH_BLOCKING": "1", "SGLANG_DDTREE_MAX_TOPK": "8",
+    }  # fmt: skip
+    assert EngineBase().inherited_env({"PATH": "/bin"}) == {}
+
+
+def test_environment_change_against_the_latest_baseline_session() -> None:
+    config = {"extra": {"engine_env": {"LLAMA_ARG_UBATCH": "4", "GGML_X": "1"}}}
+    note = engine_env_change({"engine_env": {"GGML_X": "1", "LLAMA_ARG_THREADS": "2"}}, config)
+    assert note == (
+        "engine environment differs from the latest baseline session: "
+        "LLAMA_ARG_THREADS: 2 → unset; LLAMA_ARG_UBATCH: unset → 4"
+    )
+    assert engine_env_change({"engine_env": {"GGML_X": "1"}}, {"extra": {"engine_env": {
+        "GGML_X": "1"}}}) is None  # fmt: skip
+    assert engine_env_change({}, config) is None  # an older baseline recorded none
+
+
+def judged(name: str, allow_mismatch: bool = False) -> list[Any]:
+    """The run's verdicts again, as the plugin made them: Holm across the run's configs."""
+    doc = json.loads((RUNS / f"h200-memory-bound-{name}.json").read_text())
+    policy = VerdictPolicy()
+    found = [
+        judge_baseline(doc, cfg, REPO / "baselines", policy, allow_mismatch)
+        for cfg in doc["configs"]
+    ]
+    return adjust(found, policy)
+
+
+@pytest.mark.parametrize(
+    ("run", "cause", "env"),
+    [
+        ("slower-verify", "kernel", "LLAMA_ARG_UBATCH: unset → 4"),
+        ("draft-p-min", "both", "LLAMA_ARG_SPEC_DRAFT_P_MIN: unset → 0.95"),
+    ],
+)
+def test_h200_injected_engine_changes_are_regressions_with_their_cause(
+    run: str, cause: str, env: str
+) -> None:
+    (j,) = judged(run)
+    assert j.outcome == "REGRESSED" and j.cause == cause, j.message
+    assert any(env in note for note in j.notes)
+
+
+def test_h200_worse_drafter_is_a_drafter_regression_once_forced() -> None:
+    (refused,) = judged("far-draft")
+    assert refused.status == "mismatch" and "draft_model" in refused.message
+    (j,) = judged("far-draft", allow_mismatch=True)
+    assert j.outcome == "REGRESSED" and j.cause == "drafter", j.message
+    assert any(n.startswith("FORCED comparison") for n in j.notes)
+
+
+def test_h200_rerun_and_a_change_below_delta_are_not_flagged() -> None:
+    rerun = {j.config: j for j in judged("rerun")}
+    assert [j.outcome for j in rerun.values()].count("UNCHANGED") == 3
+    # draft-d16 ran 6.6% slower with the same acceptance: between-session noise of the
+    # launch-bound draft, which Holm across the 4 configs kept from a false alarm (p 0.0104).
+    d16 = rerun["draft-d16"]
+    assert d16.outcome == "INCONCLUSIVE" and d16.suite is not None
+    assert d16.suite.p_adjusted == pytest.approx(0.0104, abs=5e-4)
+    (graphs,) = judged("no-cuda-graphs")  # -1.9%: below the 3% floor, not a regression
+    assert graphs.outcome != "REGRESSED" and graphs.cause is None
+
+
+def test_explain_keeps_the_cause_after_holm_adjustment() -> None:
+    (j,) = judged("slower-verify")
+    adjusted = replace(j, suite=replace(j.suite, p_adjusted=0.02)).explain()
+    assert adjusted.message.endswith("got slower: not the drafter")
