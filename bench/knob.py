@@ -67,10 +67,10 @@ def main() -> int:
     p.add_argument("--config", default="draft-d4")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--out", type=Path, default=mbm.default_cache() / "models")
+    p.add_argument("--out", type=Path, default=mbm.cache_root() / "models")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
-    base = mbm.default_cache() / "models" / mbm.BASE_NAME
+    base = mbm.cache_root() / "models" / mbm.BASE_NAME
     rows = []
     print(f"{'scale':>6} {'accept len':>10} {'accepted':>9} {'tok/s':>7}  target")
     for scale in (float(s) for s in args.scales.split(",")):

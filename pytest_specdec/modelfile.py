@@ -42,7 +42,8 @@ def cache_root() -> Path:
 # ------------------------------------------------------------------------------- identity
 
 
-def _digest(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file, read in 4 MiB blocks (no cache: see file_sha256)."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 22), b""):
@@ -54,7 +55,7 @@ def _cache_file(resolved: str) -> Path:
     return cache_root() / "sha256" / f"{hashlib.sha256(resolved.encode()).hexdigest()[:32]}.json"
 
 
-def file_sha256(path: Path, digest: Callable[[Path], str] = _digest) -> str:
+def file_sha256(path: Path, digest: Callable[[Path], str] = sha256_of) -> str:
     """The file's sha256, from this process's memo, the on-disk cache, or by reading it."""
     resolved = str(path.resolve())
     stat = path.stat()

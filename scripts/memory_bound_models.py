@@ -28,7 +28,6 @@ into the GGUF metadata (``specdec.recipe``).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import multiprocessing as mp
@@ -41,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
+from pytest_specdec.modelfile import cache_root, sha256_of
 
 GENERATOR = "pytest-specdec make-memory-bound-models 1"
 BASE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -201,20 +203,17 @@ def write_model(out: Path, recipe: Recipe, jobs: int) -> dict[str, Any]:
     for tensor in _tensors(recipe, jobs):
         writer.write_tensor_data(tensor)
     writer.close()
-    digest = hashlib.sha256()
-    with part.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 24), b""):
-            digest.update(block)
+    digest = sha256_of(part)
     os.replace(part, out)
     return {"recipe": asdict(recipe), "params": params, "n_ff": n_ff, "size": out.stat().st_size,
-            "sha256": digest.hexdigest()}  # fmt: skip
+            "sha256": digest}  # fmt: skip
 
 
 def base_shape(base: Path) -> tuple[int, int, int]:
     """(parameters, layers, embedding width) of the base model, loading it once."""
     if _BASE.get("path") != base:
         _BASE.clear()
-        _BASE.update(load_base(base), path=base, sha256=file_sha256(base))
+        _BASE.update(load_base(base), path=base, sha256=sha256_of(base))
     reader = _BASE["reader"]
     n_layers = int(reader.fields["llama.block_count"].contents())
     n_embd = int(reader.fields["llama.embedding_length"].contents())
@@ -254,18 +253,6 @@ def make(
     return path, record, True
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def default_cache() -> Path:
-    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "pytest-specdec"))
-
-
 def _nonnegative(value: str) -> float:
     try:
         number = float(value)
@@ -282,7 +269,7 @@ def parser() -> argparse.ArgumentParser:
         description="Make a memory-bound target (SmolLM2 widened with random feed-forward "
         "neurons) and optional drafts that agree with it to a chosen degree.",
     )
-    models = default_cache() / "models"
+    models = cache_root() / "models"
     p.add_argument(
         "--base",
         type=Path,

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests_support import CACHE, missing
 
 from pytest_specdec.engines.llamacpp import find_binary
+from pytest_specdec.gpu import load_nvml, probe
 from pytest_specdec.suitefile import EngineSettings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,3 +49,12 @@ def suite_project(pytester: pytest.Pytester) -> pytest.Pytester:
     suite_file.write_text(suite_file.read_text().replace("~/.cache/pytest-specdec", real_cache))
     pytester.makeini("[pytest]\naddopts = --strict-markers\n")
     return pytester
+
+
+@pytest.fixture(scope="module")
+def nvml() -> Any:
+    """The real NVML module; the test is skipped (with the reason) without an NVIDIA GPU."""
+    available, reason = probe()
+    if not available:
+        pytest.skip(f"no NVIDIA GPU: {reason}")
+    return load_nvml()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.gpu import fingerprints, load_nvml, probe
+from pytest_specdec.gpu import fingerprints
 from pytest_specdec.modelfile import cache_root
 from pytest_specdec.roofline import DATASHEET_GBS, nvml_bandwidth
 
@@ -26,14 +26,6 @@ pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parent.parent
 SUITE = REPO / "suites" / "specdec-memory-bound.toml"
 TARGET = cache_root() / "models" / "mb-smollm2-7.4b-s0.1-seed1.F16.gguf"
-
-
-@pytest.fixture(scope="module")
-def nvml() -> Any:
-    available, reason = probe()
-    if not available:
-        pytest.skip(f"no NVIDIA GPU: {reason}")
-    return load_nvml()
 
 
 def test_nvml_gives_the_bandwidth_bound(nvml: Any) -> None:

@@ -18,8 +18,6 @@ from pytest_specdec.gpu import (
     LOCKED_SM_CLOCKS,
     cuda_to_nvml_indices,
     fingerprints,
-    load_nvml,
-    probe,
 )
 from pytest_specdec.gpu_hygiene import (
     ClockLock,
@@ -33,14 +31,6 @@ from pytest_specdec.gpu_telemetry import DeviceTelemetry, TelemetrySampler
 pytestmark = pytest.mark.gpu
 
 LOAD_S = 10.0
-
-
-@pytest.fixture(scope="module")
-def nvml() -> Any:
-    available, reason = probe()
-    if not available:
-        pytest.skip(f"no NVIDIA GPU: {reason}")
-    return load_nvml()
 
 
 @pytest.fixture(scope="module")

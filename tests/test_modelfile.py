@@ -100,7 +100,7 @@ def test_digest_is_cached_on_disk_until_the_file_changes(
 
     def digest(path: Path) -> str:
         calls.append(path)
-        return modelfile._digest(path)
+        return modelfile.sha256_of(path)
 
     first = file_sha256(model, digest)
     monkeypatch.setattr(modelfile, "_MEMO", {})  # a new process: only the disk cache is left
@@ -117,7 +117,7 @@ def test_a_corrupt_cache_entry_costs_a_rehash_not_a_wrong_digest(
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     model = tmp_path / "m.bin"
     model.write_bytes(b"abc")
-    expected = modelfile._digest(model)
+    expected = modelfile.sha256_of(model)
     assert file_sha256(model) == expected
     (entry,) = (tmp_path / "cache" / "sha256").glob("*.json")
     entry.write_text("{not json")
