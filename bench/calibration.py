@@ -7,6 +7,13 @@ pytest-benchmark's ``--benchmark-compare-fail=mean:5%`` rule (fail when the new 
 mean tok/s is more than 5% below the last session's mean).
 
     python bench/calibration.py [--trials N] [--seed S] [--alpha A] [--cv-multiplier M]
+
+With ``--drift`` it prints the change-point table instead: nightly series with a step or a
+linear drift at night 20, found by the nightly run (and how soon), and false change points
+on stationary series (docs/history.md):
+
+    python bench/calibration.py --drift [--trials N] [--penalty C] [--min-size M]
+        [--history-alpha A] [--gate-alpha G]
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
 
+from pytest_specdec.history import HistoryPolicy, Night, detect, drift
 from pytest_specdec.stats import (
     SequentialPlan,
     SessionSummary,
@@ -170,10 +178,132 @@ HEADER = (
 )
 
 
+# ------------------------------------------------------------------ drift over nights
+
+STEP_NIGHT = 20  # nights of history before the change
+AFTER = 15  # nights simulated after it
+NOISES = ((0.02, 0.015, 1), (0.02, 0.015, 3), (0.03, 0.035, 1), (0.03, 0.035, 3))
+
+
+@dataclass(frozen=True)
+class Drift:
+    within: float
+    between: float
+    sessions: int  # server sessions per night
+    change: float  # total drop, e.g. 0.03
+    ramp: int = 1  # nights over which it builds up (1: a step)
+
+    @property
+    def label(self) -> str:
+        kind = "step" if self.ramp == 1 else f"linear over {self.ramp} nights"
+        return f"{self.change:.0%} {kind}"
+
+
+DRIFTS = tuple(
+    Drift(w, b, k, c, r)
+    for w, b, k in NOISES
+    for c, r in ((0.02, 1), (0.03, 1), (0.05, 1), (0.05, 10))
+)
+
+
+def night_means(
+    rng: np.random.Generator, sc: Drift | None, n: int, w: float, b: float, sessions: int
+) -> Logs:
+    """ln tok/s of n nights, each the mean of ``sessions`` sessions of 5 runs; the drop (if
+    any) starts at night STEP_NIGHT."""
+    effects = rng.normal(0.0, b, (n, sessions)) + rng.normal(0.0, w, (n, sessions, 5)).mean(2)
+    logs = math.log(100.0) + effects.mean(axis=1)
+    if sc is not None:
+        for t in range(STEP_NIGHT, n):
+            logs[t] += math.log1p(-sc.change * min(1.0, (t - STEP_NIGHT + 1) / sc.ramp))
+    return logs
+
+
+def as_nights(logs: Logs) -> list[Night]:
+    return [Night(f"n{i:03d}", float(v), 1, None, None, None) for i, v in enumerate(logs)]
+
+
+def first_found(logs: Logs, sc: Drift, policy: HistoryPolicy) -> tuple[int | None, int | None]:
+    """Nights after the change (1 = the first changed night) until (a) the history lists a
+    drop whose change point lies at the change (±1 night; a ramp: within it) and (b) the
+    nightly gate (history.drift) reports it."""
+    last = STEP_NIGHT + sc.ramp
+    listed = gated = None
+    series = as_nights(logs)
+    for t in range(STEP_NIGHT + 1, len(logs) + 1):
+        x = logs[:t]
+        if listed is None and any(
+            STEP_NIGHT - 1 <= c <= last and x[c:].mean() < x[:c].mean()
+            for c in detect(list(x), policy)
+        ):
+            listed = t - STEP_NIGHT
+        if gated is None:
+            found = drift(series[: t - 1], series[t - 1 : t], policy)
+            if found is not None and STEP_NIGHT - 1 <= found.index <= last:
+                gated = t - STEP_NIGHT
+        if listed is not None and gated is not None:
+            break
+    return listed, gated
+
+
+def false_points(logs: Logs, policy: HistoryPolicy) -> tuple[int, int]:
+    """On stationary nights: change points `specdec history` lists over the whole series,
+    and nights on which the nightly gate would report a drift."""
+    series = as_nights(logs)
+    alarms = sum(
+        drift(series[: t - 1], series[t - 1 : t], policy) is not None
+        for t in range(2 * policy.min_size + 1, len(series) + 1)
+    )
+    return len(detect(list(logs), policy)), alarms
+
+
+def _share(delays: Sequence[int | None], within: int) -> str:
+    return f"{sum(d is not None and d <= within for d in delays) / len(delays):.0%}"
+
+
+def drift_rows(trials: int, seed: int, policy: HistoryPolicy) -> list[str]:
+    rows = []
+    for i, (w, b, k) in enumerate(NOISES):
+        rng = np.random.default_rng([seed, 100 + i])
+        counts = [false_points(night_means(rng, None, 100, w, b, k), policy) for _ in range(trials)]
+        listed, gate = (sum(c[j] for c in counts) / trials for j in (0, 1))
+        rows.append(f"| {w:.0%} / {b:.1%} | {k} | no change, 100 nights | - | - | - | - | "
+                    f"{listed:.2f} | {gate:.2f} |")  # fmt: skip
+    for j, sc in enumerate(DRIFTS):
+        rng = np.random.default_rng([seed, j])
+        found = [
+            first_found(night_means(rng, sc, STEP_NIGHT + AFTER, sc.within, sc.between,
+                                    sc.sessions), sc, policy)
+            for _ in range(trials)
+        ]  # fmt: skip
+        listed, gated = [f[0] for f in found], [f[1] for f in found]
+        known = [d for d in listed if d is not None]
+        median = f"{np.median(known):.0f}" if known else "-"
+        rows.append(f"| {sc.within:.0%} / {sc.between:.1%} | {sc.sessions} | {sc.label} | "
+                    f"{_share(listed, 5)} | {_share(listed, AFTER)} | {median} | "
+                    f"{_share(gated, 5)} | - | - |")  # fmt: skip
+    return rows
+
+
+DRIFT_HEADER = (
+    "| noise (within / between) | sessions a night | change at night 20 | listed within 5 "
+    f"nights | listed within {AFTER} | nights to list (median) | gate reports within 5 nights "
+    "| change points listed per 100 stationary nights | gate alarms per 100 stationary nights "
+    "|\n|---|---|---|---|---|---|---|---|---|"
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4000, help="nights per cell (4000)")
     parser.add_argument("--seed", type=int, default=20240601, help="random seed (20240601)")
+    parser.add_argument("--drift", action="store_true",
+                        help="the change-point table instead (docs/history.md)")  # fmt: skip
+    history = HistoryPolicy()
+    parser.add_argument("--penalty", type=float, default=history.penalty)
+    parser.add_argument("--min-size", type=int, default=history.min_size)
+    parser.add_argument("--history-alpha", type=float, default=history.alpha)
+    parser.add_argument("--gate-alpha", type=float, default=history.gate_alpha)
     defaults = VerdictPolicy()
     parser.add_argument("--alpha", type=float, default=defaults.alpha)
     parser.add_argument("--min-delta", type=float, default=defaults.min_delta)
@@ -181,6 +311,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.trials < 1:
         parser.error(f"--trials must be >= 1, got {args.trials}")
+    if args.drift:
+        hp = HistoryPolicy(
+            penalty=args.penalty, min_size=args.min_size, alpha=args.history_alpha,
+            gate_alpha=args.gate_alpha,
+        )  # fmt: skip
+        start = time.perf_counter()
+        print(f"change points: {hp}; {args.trials} series per row, seed {args.seed}\n")
+        print(DRIFT_HEADER)
+        for line in drift_rows(args.trials, args.seed, hp):
+            print(line, flush=True)
+        print(f"\n{time.perf_counter() - start:.0f} s")
+        return 0
     policy = VerdictPolicy(
         alpha=args.alpha, min_delta=args.min_delta, cv_multiplier=args.cv_multiplier
     )

@@ -28,6 +28,7 @@ from scipy import stats as sps
 from pytest_specdec.baselines import Baseline, BaselineError, load_baseline
 from pytest_specdec.export import hardware_label, prompt_names, records
 from pytest_specdec.export_markdown import excluded
+from pytest_specdec.history import HistoryUnavailable, change_points, nights
 from pytest_specdec.summary import CellSummary, config_cells, suite_geomean
 
 PLOT_EXTRA = "pip install 'pytest-specdec[plot]'"
@@ -204,13 +205,13 @@ def _session_point(session: Mapping[str, Any]) -> SessionPoint | None:
         return None
     n, mean, sd = int(suite["n"]), float(suite["mean_log"]), float(suite["sd_log"])
     half = float(sps.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if n >= 2 else 0.0
-    start = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
-    return (
-        start if start.tzinfo else start.replace(tzinfo=timezone.utc),
-        math.exp(mean),
-        math.exp(mean - half),
-        math.exp(mean + half),
-    )
+    return (_when(when), math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
+def _when(text: object) -> datetime:
+    """An ISO 8601 time stamp as an aware datetime (UTC where it names no zone)."""
+    start = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    return start if start.tzinfo else start.replace(tzinfo=timezone.utc)
 
 
 def _trend_label(baseline: Baseline, varying: set[str]) -> str:
@@ -290,6 +291,26 @@ def _engine_changes(
     return out
 
 
+def _change_points(
+    baselines: Sequence[Baseline], slots: Mapping[datetime, int]
+) -> list[tuple[float, str, str]]:
+    """(x just before the first night of a new level, text, color) for each baseline's change
+    points (history.py); none where ruptures is missing (the chart is drawn without them)."""
+    out = []
+    for i, b in enumerate(baselines):
+        try:
+            points = change_points(nights(b.sessions))
+        except HistoryUnavailable:
+            return []
+        for c in points:
+            when = _when(c.night)
+            if when in slots:
+                out.append(
+                    (slots[when] - 0.5, f"change {c.ratio - 1:+.1%}", COLORS[i % len(COLORS)])
+                )
+    return out
+
+
 def _time_axis(ax: Any, slots: Mapping[datetime, int]) -> None:
     """One tick per run start time, thinned to at most 12 labels."""
     every = max(1, math.ceil(len(slots) / 12))
@@ -325,6 +346,11 @@ def trend_chart(baseline_files: Sequence[Path], path: Path) -> Path:
         where = {"xycoords": ("data", "axes fraction"), "textcoords": "offset points"}
         ax.annotate(text, (x, 1.0), xytext=(-2, -4), rotation=90, fontsize=6, va="top",
                     ha="right", color="#555555", **where)  # fmt: skip
+    for x, text, color in _change_points(baselines, slots):
+        ax.axvline(x, color=color, linestyle="--", linewidth=1.2, alpha=0.8)
+        where = {"xycoords": ("data", "axes fraction"), "textcoords": "offset points"}
+        ax.annotate(text, (x, 0.0), xytext=(3, 4), rotation=90, fontsize=7, va="bottom",
+                    ha="left", color=color, **where)  # fmt: skip
     # Log scale: the verdicts work on ln tok/s, each session's CI is symmetric there, and a
     # bad night (a fraction of the usual speed) does not squash every other session.
     ax.set_yscale("log")
@@ -345,7 +371,8 @@ def trend_chart(baseline_files: Sequence[Path], path: Path) -> Path:
     ax.set_title(f"Suite score per baseline session: {', '.join(map(str, keys))}", fontsize=11)
     fig.supxlabel(
         "point: geometric mean over prompts of one server session, bar: its 95% CI, dots: the "
-        "session's per-run suite values; dotted line: engine version changed",
+        "session's per-run suite values; dotted line: engine version changed; dashed line: a "
+        "change point (specdec history)",
         fontsize=7,
         color="#555555",
     )

@@ -1,5 +1,5 @@
-"""The ``specdec`` command: configs, baselines, compare, reports, doctor. Thin: the logic lives
-in the modules it calls."""
+"""The ``specdec`` command: configs, baselines, compare, reports, history, doctor. Thin: the
+logic lives in the modules it calls."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_specdec.cli_history import add_command as add_history
 from pytest_specdec.cli_results import ERRORS as RESULT_ERRORS
 from pytest_specdec.cli_results import add_commands
 from pytest_specdec.configs import ConfigError, Registry, load_registry
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("name", help="config name (engine:name or name within --engine)")
         p.set_defaults(func=func)
     add_commands(sub)
+    add_history(sub)
     doctor = sub.add_parser("doctor", help="engines, NVML and GPUs, docker: what is usable here")
     doctor.set_defaults(func=lambda args: run_doctor(_suite()))
     return parser

@@ -87,7 +87,7 @@ def probability(value: str) -> float:
     return number
 
 
-FAIL_ON_CHOICES = ("regressed", "inconclusive", "improved", "unchanged")
+FAIL_ON_CHOICES = ("regressed", "inconclusive", "improved", "unchanged", "drift")
 
 
 def fail_on(value: str) -> tuple[str, ...]:
@@ -290,7 +290,8 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             default=("regressed",),
             metavar="OUTCOMES",
             help="verdicts that fail the run: comma list of regressed, inconclusive, improved, "
-            "unchanged (default: regressed)",
+            "unchanged, drift (a drop that tonight reveals in the nightly history: a change "
+            "point, see docs/history.md) (default: regressed)",
         ),
     ),
     (

@@ -20,6 +20,7 @@ from pytest_specdec.engines import EngineNotInstalled
 from pytest_specdec.gpu import probe
 from pytest_specdec.gpu_hygiene import HygienePolicy
 from pytest_specdec.gpu_session import GpuOptions, GpuSession
+from pytest_specdec.history import HistoryUnavailable
 from pytest_specdec.judge import (
     MISMATCH,
     NO_BASELINE,
@@ -378,14 +379,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return
     runner.verdicts = judgements
+    try:
+        runner.drifts()
+    except HistoryUnavailable as exc:
+        state.summary_lines.append(f"drift: not checked: {exc}")
     runner.write_results()
     state.summary_lines += verdict_lines(judgements)
+    state.summary_lines += [f"{d['config']}: {d['message']}" for d in runner.drift]
     state.summary_lines += [f"diagnosis: {line}" for line in indistinguishable(runner.document())]
     if runner.options.update_baselines:
         state.summary_lines += ["baseline update:", *runner.update_baselines()]
     if state.worker_id is None:  # reports come from the process that sees every config
         state.summary_lines += write_reports(session.config, runner.document())
     found = failures(judgements, runner.options.fail_on, runner.options.provisional_gates)
+    if "drift" in runner.options.fail_on:  # opt-in: --specdec-fail-on regressed,drift
+        found += [f"{d['config']}: {d['message']}" for d in runner.drift]
     if not runner.options.provisional_gates:
         state.summary_lines += not_gating(judgements, runner.options.fail_on)
     if found and session.exitstatus == pytest.ExitCode.OK:

@@ -29,6 +29,7 @@ from pytest_specdec.engines import Engine, EngineNotInstalled, make_engine
 from pytest_specdec.engines.base import BootContext, LaunchSpec, RequestSpec, redact
 from pytest_specdec.gpu_session import GpuSession, RunWindow, telemetry_dict
 from pytest_specdec.gpu_telemetry import RunTelemetry
+from pytest_specdec.history import drift_for
 from pytest_specdec.judge import Judgement, adjust, judge_baseline, judge_reference, update_baseline
 from pytest_specdec.launch import (
     LaunchError,
@@ -174,6 +175,7 @@ class Runner:
         if gpu is not None and not gpu.available:
             self.notes.append(f"no GPU telemetry: {gpu.reason}")
         self.verdicts: list[Judgement] = []
+        self.drift: list[dict[str, Any]] = []
         self.references: dict[tuple[str, str], dict[str, GreedyOutput]] = {}
         self.reference_records: list[ConfigRecord] = []
 
@@ -526,6 +528,20 @@ class Runner:
         names = [n for n in self.judged_configs() if n in measured]
         return adjust([self.judge(n) for n in names], self.options.policy)
 
+    def drifts(self) -> list[dict[str, Any]]:
+        """Drops that tonight reveals in each measured config's nightly history (a change
+        point, see history.py); judged against the baselines as they were."""
+        doc = self.document()
+        found = []
+        for cfg in doc["configs"]:
+            if any(r.get("phase") == "measure" for r in cfg.get("runs", [])):
+                point = drift_for(doc, cfg, self.options.baseline_dir)
+                if point is not None:
+                    found.append({"config": cfg["name"], "message": point.describe(),
+                                  **point.to_dict()})  # fmt: skip
+        self.drift = found
+        return found
+
     def update_baselines(self) -> list[str]:
         """Append every measured config's session to its baseline; one line per config."""
         doc = self.document()
@@ -559,6 +575,7 @@ class Runner:
             tool_version=__version__,
             extra={
                 "verdicts": [j.to_dict() for j in self.verdicts],
+                "drift": self.drift,
                 "notes": self.notes,
                 "references": [r.to_dict() for r in self.reference_records],
             },
