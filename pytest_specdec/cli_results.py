@@ -1,5 +1,5 @@
 """``specdec`` subcommands that work on results and baseline files (no engine needed):
-``baseline update|show``, ``compare``, ``report markdown|chart|trend|benchmark-json``."""
+``baseline update|show``, ``compare``, ``report markdown|chart|trend|benchmark-json|merge``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 
 from pytest_specdec.baselines import BaselineError, load_baseline
 from pytest_specdec.charts import ChartInputError, ChartsUnavailable
+from pytest_specdec.history import HistoryUnavailable
 from pytest_specdec.judge import adjust, failures, judge_reference, not_gating, update_baseline
+from pytest_specdec.merge import MergeError
 from pytest_specdec.report import render_table
 from pytest_specdec.results import ResultsError, atomic_write_json, load_results
 from pytest_specdec.stats import VerdictPolicy
@@ -85,10 +87,24 @@ def compare(args: argparse.Namespace) -> int:
     return 1 if failures(judged, args.fail_on, gates) else 0
 
 
+def report_merge(args: argparse.Namespace) -> int:
+    """One report from many runners' results files, grouped by hardware key."""
+    from pytest_specdec import merge
+
+    files, notes = merge.load_many([Path(p) for p in args.paths])
+    groups = merge.merge(files)
+    if args.json is not None:
+        atomic_write_json(args.json, merge.document(groups, notes))
+    print(merge.markdown(groups, notes), end="")
+    return 0
+
+
 def report(args: argparse.Namespace) -> int:
     from pytest_specdec import export
     from pytest_specdec.charts import results_chart, trend_chart
 
+    if args.kind == "merge":
+        return report_merge(args)
     if args.kind == "trend":
         *inputs, out = args.paths
         trend_chart([Path(p) for p in inputs], Path(out))
@@ -134,13 +150,18 @@ def add_commands(sub: Any) -> None:
     )
     cmp.set_defaults(func=compare)
 
-    rep = sub.add_parser("report", help="Markdown, charts and pytest-benchmark JSON")
-    rep.add_argument("kind", choices=("markdown", "chart", "trend", "benchmark-json"))
+    rep = sub.add_parser("report", help="Markdown, charts, pytest-benchmark JSON, merge")
+    rep.add_argument("kind", choices=("markdown", "chart", "trend", "benchmark-json", "merge"))
     rep.add_argument(
         "paths", nargs="+",
-        help="markdown: RESULTS; chart/benchmark-json: RESULTS OUT; trend: BASELINES... OUT.png",
+        help="markdown: RESULTS; chart/benchmark-json: RESULTS OUT; trend: BASELINES... OUT.png; "
+        "merge: RESULTS... (files or folders of several runners; Markdown on stdout)",
     )  # fmt: skip
+    rep.add_argument("--json", type=Path, help="merge: also write the merged JSON here")
     rep.set_defaults(func=report)
 
 
-ERRORS = (ResultsError, BaselineError, json.JSONDecodeError, ChartsUnavailable, ChartInputError)
+ERRORS = (
+    ResultsError, BaselineError, json.JSONDecodeError, ChartsUnavailable, ChartInputError,
+    MergeError, HistoryUnavailable,
+)  # fmt: skip

@@ -191,6 +191,20 @@ def test_nightly_steps() -> None:
     assert REPORT_COMMAND in summary["run"]
 
 
+def test_nightly_merged_report_and_history() -> None:
+    doc = by_name("nightly-gpu.yml")
+    report = doc["jobs"]["report"]
+    assert report["needs"] == "benchmark" and "always()" in report["if"]
+    download = _step(doc, "report", "actions/download-artifact")
+    assert download["with"]["pattern"] == "specdec-*"  # every runner's artifact
+    merge = _step(doc, "report", "specdec report merge")["run"]
+    assert "specdec report merge artifacts/" in merge and '>> "$GITHUB_STEP_SUMMARY"' in merge
+    history = _step(doc, "report", "specdec history")["run"]
+    assert "--results artifacts/" in history
+    suite = _step(doc, "benchmark", "pytest suites")["run"]
+    assert "--specdec-fail-on" in suite and "vars.SPECDEC_FAIL_ON" in suite
+
+
 def test_update_baselines() -> None:
     doc = by_name("update-baselines.yml")
     assert set(triggers(doc)) == {"workflow_dispatch"}

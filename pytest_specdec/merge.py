@@ -1,0 +1,144 @@
+"""One report from many runners: results files joined and grouped by hardware key.
+
+A nightly matrix writes one results file per runner job (and pytest-xdist one per worker).
+``specdec report merge`` joins them: files are grouped by their hardware key (GPU name, count,
+driver, power limit, clock lock; or the CPU), and inside a group a config measured in several
+files (several workers, or several runners of one key) has its runs joined, each file's server
+sessions kept apart, when the rest of its baseline key agrees: model and draft hashes, config
+hash, workload, output length, engine flags. A difference is refused with the field named;
+different hardware keys never share a table.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec.baselines import hardware_identity, key_for, key_mismatch
+from pytest_specdec.results import RESULTS_SCHEMA, ResultsError, load_results
+from pytest_specdec.roofline import annotate
+
+MERGED_SCHEMA = 1
+
+
+class MergeError(ValueError):
+    """Results that cannot be one comparison; the message names the files and the field."""
+
+
+def hardware_of(doc: Mapping[str, Any]) -> dict[str, Any]:
+    gpu = doc.get("gpu")
+    devices = gpu.get("devices") if isinstance(gpu, Mapping) else None
+    return hardware_identity(doc.get("host") or {}, devices)
+
+
+def load_many(paths: Sequence[Path]) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """Results files by path; a folder stands for its ``*.json`` files, where other JSON files
+    (e.g. pytest-benchmark exports) are skipped with a note. A named file must be results."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    notes: list[str] = []
+    for path in paths:
+        if path.is_dir():
+            for child in sorted(path.rglob("*.json")):
+                try:
+                    found.append((str(child), load_results(child)))
+                except ResultsError as exc:
+                    notes.append(f"skipped: {exc}")
+        else:
+            found.append((str(path), load_results(path)))
+    if not found:
+        raise MergeError(f"no results files in {', '.join(map(str, paths))}")
+    return found, notes
+
+
+def merge(files: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """One results document per hardware key, in the order the keys first appear."""
+    groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for name, doc in files:
+        groups.setdefault(json.dumps(hardware_of(doc), sort_keys=True), []).append((name, doc))
+    return [merge_group(items) for items in groups.values()]
+
+
+def _check_workload(items: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    first_name, first = items[0]
+    want = (first.get("workload") or {}).get("sha256")
+    for name, doc in items[1:]:
+        got = (doc.get("workload") or {}).get("sha256")
+        if got != want:
+            raise MergeError(
+                f"{name} and {first_name} ran on the same hardware but measured different "
+                f"workloads (workload_sha256 {got} vs {want}): one table cannot hold both; "
+                "merge them separately"
+            )
+
+
+def merge_group(items: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The results files of one hardware key as one results document."""
+    _check_workload(items)
+    configs: dict[str, dict[str, Any]] = {}
+    keys: dict[str, tuple[str, dict[str, Any]]] = {}
+    verdicts: list[dict[str, Any]] = []
+    for name, doc in items:
+        for cfg in doc["configs"]:
+            key = key_for(doc, cfg)
+            if cfg["name"] not in configs:
+                configs[cfg["name"]] = copy.deepcopy(dict(cfg))
+                configs[cfg["name"]].setdefault("extra", {})["sources"] = [name]
+                keys[cfg["name"]] = (name, key)
+                continue
+            first_name, first_key = keys[cfg["name"]]
+            diff = key_mismatch(first_key, key)
+            if diff:
+                raise MergeError(
+                    f"config {cfg['name']}: {name} and {first_name} differ in "
+                    f"{'; '.join(diff)}: not one comparison; rename one config or merge them "
+                    "separately"
+                )
+            _join(configs[cfg["name"]], cfg, name)
+        for v in doc.get("verdicts") or []:
+            verdicts.append({**v, "notes": [f"judged in {name}", *(v.get("notes") or [])]})
+    first = items[0][1]
+    merged = {
+        **{k: v for k, v in first.items() if k not in ("configs", "verdicts", "notes")},
+        "schema": RESULTS_SCHEMA,
+        "started_at": min(str(d.get("started_at")) for _, d in items),
+        "finished_at": max(str(d.get("finished_at")) for _, d in items),
+        "configs": list(configs.values()),
+        "verdicts": verdicts,
+        "notes": sorted({n for _, d in items for n in d.get("notes") or []}),
+        "sources": [
+            {"file": n, "host": (d.get("host") or {}).get("hostname"), "gpu": d.get("gpu")}
+            for n, d in items
+        ],
+    }
+    return annotate(merged)
+
+
+def _join(kept: dict[str, Any], cfg: Mapping[str, Any], name: str) -> None:
+    """Add another file's runs of the same config; its server sessions get new numbers."""
+    offset = max((int(r.get("session", 1)) for r in kept.get("runs", [])), default=0)
+    runs = [{**r, "session": int(r.get("session", 1)) + offset} for r in cfg.get("runs", [])]
+    kept["runs"] = [*kept.get("runs", []), *runs]
+    kept["extra"]["sources"].append(name)
+    if cfg.get("error") and not kept.get("error"):
+        kept["error"] = f"{name}: {cfg['error']}"
+
+
+def markdown(groups: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()) -> str:
+    """A Markdown report: one section per hardware key (the single-run report of each)."""
+    from pytest_specdec.export import markdown_summary
+
+    files = sum(len(g.get("sources") or []) for g in groups)
+    out = [f"# Merged results: {files} file(s), {len(groups)} hardware key(s)", ""]
+    out += [f"- {n}" for n in notes]
+    for group in groups:
+        sources = ", ".join(f"`{s['file']}`" for s in group.get("sources") or [])
+        out += ["", markdown_summary(group), "", f"Sources: {sources}"]
+    return "\n".join(out) + "\n"
+
+
+def document(groups: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON report: every group a results document of its own."""
+    return {"merged_schema": MERGED_SCHEMA, "notes": list(notes), "groups": list(groups)}

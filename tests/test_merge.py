@@ -1,0 +1,110 @@
+"""`specdec report merge`: results of several runners and workers, one report grouped by
+hardware key; a config's runs from two workers of one key joined with their sessions kept
+apart; different keys in one comparison refused with the field named."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.cli import main
+from pytest_specdec.merge import MergeError, load_many, merge
+from pytest_specdec.results import atomic_write_json
+
+H200 = {"name": "NVIDIA H200", "driver_version": "580.1", "power_limit_w": 700.0,
+        "max_memory_clock_mhz": 3201, "memory_bus_width_bits": 6016}  # fmt: skip
+H100 = {"name": "NVIDIA H100 80GB HBM3", "driver_version": "580.1", "power_limit_w": 700.0}
+
+
+def config(name: str, values: list[float], session: int = 1) -> dict[str, Any]:
+    runs = [
+        {"config": name, "prompt": p, "run": i, "phase": "measure", "error": None,
+         "tok_per_s": v * f, "tpot_s": 1 / (v * f), "accept_length": 3.0, "session": session}
+        for p, f in (("code", 1.0), ("prose", 0.8))
+        for i, v in enumerate(values)
+    ]  # fmt: skip
+    return {
+        "name": name, "engine": "llamacpp", "config": {"name": name, "sha256": name * 4},
+        "models": {"target": {"id": "t.gguf", "sha256": "ef" * 32,
+                              "weights": {"bytes_per_token": 14_814_160_128}}},
+        "engine_version": "b1", "extra": {"engine_args": ["-ngl", "99"]}, "runs": runs,
+    }  # fmt: skip
+
+
+def doc(gpu: dict[str, Any], host: str, configs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "schema": 1, "started_at": f"2026-11-30T02:0{len(host)}:00+00:00",
+        "finished_at": "2026-11-30T03:00:00+00:00",
+        "host": {"hostname": host, "cpu_model": "Xeon", "cpu_count": 16},
+        "gpu": {"devices": [gpu]}, "options": {"max_tokens": 256, "runs": 3},
+        "workload": {"name": "seed", "sha256": "ab" * 32, "prompts": ["code", "prose"]},
+        "configs": configs,
+        "verdicts": [{"config": c["name"], "outcome": "UNCHANGED", "message": "ok",
+                      "suite": None, "notes": []} for c in configs],
+    }  # fmt: skip
+
+
+@pytest.fixture
+def nightly(tmp_path: Path) -> Path:
+    """Two workers of one H200 runner (draft-d4 split over both) and one H100 runner."""
+    folder = tmp_path / "artifacts"
+    files = {
+        "h200-a/results.gw0.json": doc(H200, "h200-a", [config("baseline", [120, 121, 119]),
+                                                        config("draft-d4", [140, 141, 139])]),
+        "h200-a/results.gw1.json": doc(H200, "h200-b", [config("draft-d4", [138, 142, 140])]),
+        "h100/results.json": doc(H100, "h100", [config("baseline", [90, 91, 89])]),
+    }  # fmt: skip
+    for name, content in files.items():
+        atomic_write_json(folder / name, content)
+    (folder / "h100" / "benchmark.json").write_text(json.dumps({"benchmarks": []}))
+    return folder
+
+
+def test_two_hardware_keys_two_groups_workers_runs_combined(nightly: Path) -> None:
+    files, notes = load_many([nightly])
+    assert len(files) == 3 and any("benchmark.json" in n for n in notes)
+    groups = merge(files)
+    assert [g["gpu"]["devices"][0]["name"] for g in groups] == ["NVIDIA H100 80GB HBM3",
+                                                               "NVIDIA H200"]  # fmt: skip
+    h200 = groups[1]
+    by_name = {c["name"]: c for c in h200["configs"]}
+    draft = by_name["draft-d4"]
+    assert len(draft["runs"]) == 12  # 6 + 6 runs from the two workers
+    assert sorted({r["session"] for r in draft["runs"]}) == [1, 2]  # sessions kept apart
+    assert len(draft["extra"]["sources"]) == 2 and len(h200["sources"]) == 2
+    assert draft["roofline"]["share"] is not None  # recomputed over the joined runs
+    assert len(h200["verdicts"]) == 3 and h200["verdicts"][0]["notes"][0].startswith("judged in")
+
+
+def test_a_config_with_another_key_is_refused_with_the_field(nightly: Path) -> None:
+    files, _ = load_many([nightly])
+    gw0, gw1 = files[1], copy.deepcopy(files[2])  # the two workers of the H200 runner
+    gw1[1]["configs"][0]["extra"]["engine_args"] = ["-ngl", "99", "-ub", "4"]
+    with pytest.raises(MergeError, match=r"config draft-d4: .*gw1.* differ in engine_args"):
+        merge([gw0, gw1])
+    other = copy.deepcopy(files[2])
+    other[1]["workload"]["sha256"] = "cd" * 32
+    with pytest.raises(MergeError, match=r"different workloads \(workload_sha256"):
+        merge([gw0, other])
+    assert len(merge([files[0], gw1])) == 2  # other hardware: no comparison, no conflict
+
+
+def test_specdec_report_merge_markdown_and_json(
+    nightly: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "merged.json"
+    assert main(["report", "merge", str(nightly), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# Merged results: 3 file(s), 2 hardware key(s)")
+    assert text.count("## Speculative decoding: seed on 1x NVIDIA H") == 2
+    assert "decode tok/s (roofline)" in text  # the H200 group knows its bandwidth
+    merged = json.loads(out.read_text())
+    assert [len(g["configs"]) for g in merged["groups"]] == [1, 2]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert main(["report", "merge", str(bad)]) == 2
+    assert "bad.json" in capsys.readouterr().err
