@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,13 @@ def rows(series: list[Series]) -> list[list[str]]:
 
 
 def history(args: argparse.Namespace) -> int:
-    policy = HistoryPolicy(
-        penalty=args.penalty, min_size=args.min_size, floor=args.floor, alpha=args.alpha
-    )
+    try:
+        policy = HistoryPolicy(
+            penalty=args.penalty, min_size=args.min_size, floor=args.floor, alpha=args.alpha
+        )
+    except ValueError as exc:
+        print(f"specdec history: error: {exc} (see specdec history --help)", file=sys.stderr)
+        return 2
     series = load_series(args.baseline_dir, args.results, policy)
     if args.config:
         series = [s for s in series if s.key.get("config") in args.config]

@@ -35,7 +35,7 @@ from pytest_specdec.launch import LaunchError, kill_all
 from pytest_specdec.lossless import LosslessResult
 from pytest_specdec.report import terminal_summary, verdict_lines
 from pytest_specdec.results import ConfigRecord, atomic_write_json, merge_worker_results
-from pytest_specdec.roofline import annotate, by_config
+from pytest_specdec.roofline import annotate
 from pytest_specdec.runner import Runner, RunOptions, Server, resolve_configs
 from pytest_specdec.suitefile import load_suite_settings
 from pytest_specdec.workloads import Prompt, WorkloadError, load_workload
@@ -434,14 +434,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         records = {c["name"]: ConfigRecord.from_dict(c) for c in doc["configs"]}
         prompts = list(doc["workload"]["prompts"])
         extra = [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
-        rooflines = {c["name"]: c.get("roofline") for c in doc["configs"]}
-        lines = terminal_summary(records, prompts, str(state.results_path), rooflines) + extra
+        lines = terminal_summary(records, prompts, str(state.results_path), rooflines(doc))
+        lines += extra
     elif state.used:
         runner = state.runner
         prompts = [p.id for p in runner.workload.prompts]
         path = str(runner.options.results_path) if runner.options.results_path else None
-        rooflines = by_config(runner.document())
-        lines = terminal_summary(runner.records, prompts, path, rooflines)
+        lines = terminal_summary(runner.records, prompts, path, rooflines(runner.document()))
         lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
         if state.lossless_lines:
             lines += ["lossless (greedy output vs the target without speculation):"]
@@ -452,6 +451,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_sep("=", "speculative decoding: output tok/s")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+def rooflines(doc: dict[str, Any]) -> dict[str, Any]:
+    """The roofline entry of each config, as the results document carries it (annotated)."""
+    return {c["name"]: c.get("roofline") for c in doc["configs"]}
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

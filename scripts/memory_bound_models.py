@@ -34,7 +34,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -263,6 +263,19 @@ def _nonnegative(value: str) -> float:
     return number
 
 
+def _count(least: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if number < least:
+            raise argparse.ArgumentTypeError(f"{value!r} must be at least {least}")
+        return number
+
+    return parse
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="make-memory-bound-models",
@@ -289,7 +302,7 @@ def parser() -> argparse.ArgumentParser:
         default=0.1,
         help="the target's perturbation: the acceptance knob (default %(default)g)",
     )
-    p.add_argument("--seed", type=int, default=1, help="random seed (default %(default)s)")
+    p.add_argument("--seed", type=_count(0), default=1, help="random seed (default %(default)s)")
     p.add_argument(
         "--draft-scale",
         type=_nonnegative,
@@ -299,14 +312,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--draft-extra",
-        type=int,
+        type=_count(0),
         default=512,
         help="extra neurons per layer of a perturbed draft (default %(default)s)",
     )
     p.add_argument("--no-target", action="store_true", help="make the drafts only")
     p.add_argument(
         "--jobs",
-        type=int,
+        type=_count(1),
         default=os.cpu_count() or 1,
         help="worker processes (default: all cores)",
     )

@@ -191,6 +191,8 @@ def test_specdec_history_table_and_json(tmp_path: Path, capsys: pytest.CaptureFi
     assert doc["policy"]["floor"] == 0.02
     assert main(["history", "--baseline-dir", str(tmp_path / "none")]) == 0
     assert "no baseline history" in capsys.readouterr().out
+    assert main(["history", "--baseline-dir", str(tmp_path), "--penalty", "-1"]) == 2
+    assert "HistoryPolicy.penalty is -1.0; it must be > 0" in capsys.readouterr().err
 
 
 def test_change_points_of_nights_carry_accept_length_change() -> None:

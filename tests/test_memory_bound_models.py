@@ -98,8 +98,9 @@ def test_bad_arguments_name_the_value_and_the_fix(base: Path, tmp_path: Path) ->
     with pytest.raises(mbm.RecipeError, match=r"--params 1e\+06 is below the base model's"):
         mbm.target_recipe(base, 1e6, 0.1, 1)
     assert mbm.main(["--base", str(tmp_path / "none.gguf")]) == 2
-    with pytest.raises(SystemExit):
-        mbm.main(["--scale", "-1"])
+    for bad in (["--scale", "-1"], ["--jobs", "0"], ["--draft-extra", "-5"], ["--seed", "x"]):
+        with pytest.raises(SystemExit):
+            mbm.main(bad)
 
 
 # --------------------------------------------------------------------------- real engine
