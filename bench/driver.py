@@ -58,9 +58,14 @@ import httpx
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))  # run from a plain checkout
 
-from pytest_specdec.client import ClientSettings, LoopThread, RequestFailed  # noqa: E402
+from pytest_specdec.core.results import (  # noqa: E402
+    RunRecord,
+    atomic_write_json,
+    finalize_timings,
+    host_fingerprint,
+)
 from pytest_specdec.engines.base import RequestSpec, stream_chat  # noqa: E402
-from pytest_specdec.launch import (  # noqa: E402
+from pytest_specdec.engines.launch import (  # noqa: E402
     EngineProcess,
     LaunchError,
     free_port,
@@ -68,13 +73,8 @@ from pytest_specdec.launch import (  # noqa: E402
     stop_process,
     wait_ready,
 )
+from pytest_specdec.measure.client import ClientSettings, LoopThread, RequestFailed  # noqa: E402
 from pytest_specdec.options import positive_int  # noqa: E402
-from pytest_specdec.results import (  # noqa: E402
-    RunRecord,
-    atomic_write_json,
-    finalize_timings,
-    host_fingerprint,
-)
 
 DRIVER = "pytest-specdec"
 TOKEN = "tok "  # what bench/fake_stream_server.py sends per chunk

@@ -57,7 +57,7 @@ def server_url(value: str) -> str:
 
 
 def gpu_list(value: str) -> tuple[int, ...]:
-    from pytest_specdec.gpu import GpuSelectionError, parse_gpu_list
+    from pytest_specdec.gpu.nvml import GpuSelectionError, parse_gpu_list
 
     try:
         return tuple(parse_gpu_list(value))

@@ -13,15 +13,23 @@ from typing import Any
 import pytest
 
 from pytest_specdec import options as opt
-from pytest_specdec.baselines import BaselineError
-from pytest_specdec.configs import ConfigError, SpecConfig, load_registry, split_names
-from pytest_specdec.docker_launch import DockerSettings
+from pytest_specdec.core.configs import ConfigError, SpecConfig, load_registry, split_names
+from pytest_specdec.core.results import ConfigRecord, atomic_write_json, merge_worker_results
+from pytest_specdec.core.suitefile import load_suite_settings
+from pytest_specdec.core.workloads import Prompt, WorkloadError, load_workload
 from pytest_specdec.engines import EngineNotInstalled
-from pytest_specdec.gpu import probe
-from pytest_specdec.gpu_hygiene import HygienePolicy
-from pytest_specdec.gpu_session import GpuOptions, GpuSession
-from pytest_specdec.history import HistoryUnavailable
-from pytest_specdec.judge import (
+from pytest_specdec.engines.container import DockerSettings
+from pytest_specdec.engines.launch import LaunchError, kill_all
+from pytest_specdec.gpu.hygiene import HygienePolicy
+from pytest_specdec.gpu.nvml import probe
+from pytest_specdec.gpu.session import GpuOptions, GpuSession
+from pytest_specdec.measure.lossless import LosslessResult
+from pytest_specdec.measure.roofline import annotate
+from pytest_specdec.report.table import terminal_summary, verdict_lines
+from pytest_specdec.session.runner import Runner, RunOptions, Server, resolve_configs
+from pytest_specdec.verdict.baselines import BaselineError
+from pytest_specdec.verdict.history import HistoryUnavailable
+from pytest_specdec.verdict.judge import (
     MISMATCH,
     NO_BASELINE,
     PARTIAL,
@@ -31,14 +39,6 @@ from pytest_specdec.judge import (
     indistinguishable,
     not_gating,
 )
-from pytest_specdec.launch import LaunchError, kill_all
-from pytest_specdec.lossless import LosslessResult
-from pytest_specdec.report import terminal_summary, verdict_lines
-from pytest_specdec.results import ConfigRecord, atomic_write_json, merge_worker_results
-from pytest_specdec.roofline import annotate
-from pytest_specdec.runner import Runner, RunOptions, Server, resolve_configs
-from pytest_specdec.suitefile import load_suite_settings
-from pytest_specdec.workloads import Prompt, WorkloadError, load_workload
 
 STASH_KEY = pytest.StashKey["SpecdecState"]()
 _STATES: dict[int, SpecdecState] = {}
@@ -189,7 +189,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _check_charts() -> None:
     """``--specdec-chart`` without matplotlib is refused before anything is measured."""
-    from pytest_specdec.charts import ChartsUnavailable, check_available
+    from pytest_specdec.report.charts import ChartsUnavailable, check_available
 
     try:
         check_available()
@@ -403,7 +403,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def write_reports(config: pytest.Config, doc: dict[str, Any]) -> list[str]:
     """Markdown (file and GitHub step summary), pytest-benchmark JSON, chart: as asked."""
-    from pytest_specdec import export
+    from pytest_specdec.report import export
 
     lines = []
     markdown: Path | None = config.getoption("--specdec-markdown")
@@ -419,7 +419,7 @@ def write_reports(config: pytest.Config, doc: dict[str, Any]) -> list[str]:
         lines.append(f"pytest-benchmark JSON: {bench}")
     chart: Path | None = config.getoption("--specdec-chart")
     if chart is not None:
-        from pytest_specdec.charts import results_chart
+        from pytest_specdec.report.charts import results_chart
 
         lines.append(f"chart: {results_chart(doc, chart)}")
     return lines

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
-from pytest_specdec.modelfile import cache_root, sha256_of
+from pytest_specdec.core.modelfile import cache_root, sha256_of
 
 GENERATOR = "pytest-specdec make-memory-bound-models 1"
 BASE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_specdec.export import junit_properties
+from pytest_specdec.core.workloads import Prompt
 from pytest_specdec.plugin import check_judgement
-from pytest_specdec.runner import Runner, Server, run_errors
-from pytest_specdec.workloads import Prompt
+from pytest_specdec.report.export import junit_properties
+from pytest_specdec.session.runner import Runner, Server, run_errors
 
 Record = Callable[[str, object], None]
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from tests_support import CACHE, missing
 
+from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines.llamacpp import find_binary
-from pytest_specdec.gpu import load_nvml, probe
-from pytest_specdec.suitefile import EngineSettings
+from pytest_specdec.gpu.nvml import load_nvml, probe
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = "SmolLM2-135M-Instruct.Q4_1.gguf"

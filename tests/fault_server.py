@@ -192,7 +192,7 @@ def engine_pids(root: Path, needle: str = "") -> list[int]:
 def _engine_processes() -> list[int]:
     """PIDs of every ``llama-server`` process (its executable's name, whatever its path).
 
-    Not :func:`pytest_specdec.launch.processes_matching`: that skips every command line with
+    Not :func:`pytest_specdec.engines.launch.processes_matching`: that skips every command line with
     "pytest" in it, and so every engine installed under ``~/.cache/pytest-specdec``."""
     out = []
     for entry in Path("/proc").iterdir():

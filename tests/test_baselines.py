@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.baselines import (
+from pytest_specdec.verdict.baselines import (
     BaselineError,
     append_session,
     baseline_path,
@@ -19,7 +19,7 @@ from pytest_specdec.baselines import (
     key_mismatch,
     load_baseline,
 )
-from pytest_specdec.judge import (
+from pytest_specdec.verdict.judge import (
     MISMATCH,
     NO_BASELINE,
     adjust,
@@ -29,7 +29,7 @@ from pytest_specdec.judge import (
     not_gating,
     update_baseline,
 )
-from pytest_specdec.stats import Outcome, VerdictPolicy
+from pytest_specdec.verdict.stats import Outcome, VerdictPolicy
 
 PROMPTS = ["code", "prose"]
 POLICY = VerdictPolicy()

@@ -14,7 +14,7 @@ import numpy.typing as npt
 import pytest
 from scipy import stats as sps
 
-from pytest_specdec.stats import (
+from pytest_specdec.verdict.stats import (
     SequentialPlan,
     SessionSummary,
     Verdict,

@@ -13,16 +13,16 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_specdec.client import ClientSettings, LoopThread, RequestFailed
-from pytest_specdec.configs import Registry, preset_configs
+from pytest_specdec.core.configs import Registry, preset_configs
+from pytest_specdec.core.results import RunRecord, finalize_timings, load_results
+from pytest_specdec.core.suitefile import EngineSettings, SuiteSettings
+from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.engines import Engine, make_engine
 from pytest_specdec.engines.base import RequestSpec
+from pytest_specdec.engines.launch import LaunchError
 from pytest_specdec.engines.sglang import SGLangEngine
-from pytest_specdec.launch import LaunchError
-from pytest_specdec.results import RunRecord, finalize_timings, load_results
-from pytest_specdec.runner import Runner, RunOptions, run_errors
-from pytest_specdec.suitefile import EngineSettings, SuiteSettings
-from pytest_specdec.workloads import load_workload
+from pytest_specdec.measure.client import ClientSettings, LoopThread, RequestFailed
+from pytest_specdec.session.runner import Runner, RunOptions, run_errors
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.configs import (
+from pytest_specdec.core.configs import (
     ConfigError,
     Registry,
     load_registry,
@@ -12,7 +12,7 @@ from pytest_specdec.configs import (
     preset_configs,
     split_names,
 )
-from pytest_specdec.suitefile import load_suite_settings, resolve_model_path
+from pytest_specdec.core.suitefile import load_suite_settings, resolve_model_path
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -23,8 +23,9 @@ import httpx
 import pytest
 from tests_support import missing
 
-from pytest_specdec import docker_launch
-from pytest_specdec.docker_launch import (
+from pytest_specdec.engines import container as docker_launch
+from pytest_specdec.engines.base import LaunchSpec
+from pytest_specdec.engines.container import (
     LABEL,
     SESSION_LABEL,
     ContainerProcess,
@@ -35,8 +36,7 @@ from pytest_specdec.docker_launch import (
     start_container,
     stop_container,
 )
-from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.launch import LaunchError, free_port, wait_ready
+from pytest_specdec.engines.launch import LaunchError, free_port, wait_ready
 
 REPO = Path(__file__).resolve().parent.parent
 SDK_FIX = "pip install 'pytest-specdec[docker]'"
@@ -337,7 +337,7 @@ def test_leftovers_are_removed_by_label(
 _CHILD = """
 import os, signal, sys
 from pathlib import Path
-from pytest_specdec.docker_launch import DockerSettings, start_container
+from pytest_specdec.engines.container import DockerSettings, start_container
 from pytest_specdec.engines.base import LaunchSpec
 
 image, log, name, end = sys.argv[1:]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.launch import (
+from pytest_specdec.engines.launch import (
     free_port,
     processes_matching,
     start_process,

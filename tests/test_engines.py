@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_specdec.configs import (
+from pytest_specdec.core.configs import (
     ENGINES,
     Registry,
     SpecConfig,
@@ -23,6 +23,8 @@ from pytest_specdec.configs import (
     parse_config,
     preset_configs,
 )
+from pytest_specdec.core.suitefile import EngineSettings, SuiteSettings
+from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.engines import (
     ENGINE_CLASSES,
     Engine,
@@ -37,9 +39,7 @@ from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.openai import OpenAIEngine
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.engines.vllm import VLLMEngine
-from pytest_specdec.runner import Runner, RunOptions
-from pytest_specdec.suitefile import EngineSettings, SuiteSettings
-from pytest_specdec.workloads import load_workload
+from pytest_specdec.session.runner import Runner, RunOptions
 
 MODEL = "/models/target model.gguf"
 DRAFT = "/models/draft.gguf"

@@ -19,21 +19,26 @@ from typing import Any
 import pytest
 from tests_support import missing
 
-from pytest_specdec.baselines import Baseline
-from pytest_specdec.charts import ChartsUnavailable, check_available, results_chart, trend_chart
 from pytest_specdec.cli import main as cli_main
-from pytest_specdec.export import (
+from pytest_specdec.core.results import ConfigRecord, RunRecord, atomic_write_json, load_results
+from pytest_specdec.gpu.telemetry import RunTelemetry, Sample, summarize_device
+from pytest_specdec.report.charts import (
+    ChartsUnavailable,
+    check_available,
+    results_chart,
+    trend_chart,
+)
+from pytest_specdec.report.export import (
     benchmark_json,
     benchmark_stats,
     junit_properties,
     markdown_summary,
     write_step_summary,
 )
-from pytest_specdec.gpu_telemetry import RunTelemetry, Sample, summarize_device
-from pytest_specdec.judge import Judgement
-from pytest_specdec.results import ConfigRecord, RunRecord, atomic_write_json, load_results
-from pytest_specdec.stats import Outcome, SessionSummary, Verdict
-from pytest_specdec.summary import config_cells, suite_geomean
+from pytest_specdec.report.summary import config_cells, suite_geomean
+from pytest_specdec.verdict.baselines import Baseline
+from pytest_specdec.verdict.judge import Judgement
+from pytest_specdec.verdict.stats import Outcome, SessionSummary, Verdict
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REAL_RESULTS = Path(os.environ.get("SPECDEC_RESULTS_FILE", "results/latest.json"))

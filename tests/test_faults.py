@@ -32,13 +32,13 @@ import pytest
 from fake_nvml import FakeNvml
 from fault_server import FaultServer, accepts_connections, cmdline, engine_pids, parent_pid
 
-import pytest_specdec.gpu as gpu_module
-import pytest_specdec.runner as runner_module
-from pytest_specdec.baselines import append_session
-from pytest_specdec.configs import Registry, preset_configs
-from pytest_specdec.gpu import NvmlLoader
-from pytest_specdec.gpu_session import GpuOptions, GpuSession
-from pytest_specdec.launch import (
+import pytest_specdec.gpu.nvml as gpu_module
+import pytest_specdec.session.runner as runner_module
+from pytest_specdec.core.configs import Registry, preset_configs
+from pytest_specdec.core.results import ResultsError, load_results, merge_worker_results
+from pytest_specdec.core.suitefile import load_suite_settings
+from pytest_specdec.core.workloads import load_workload
+from pytest_specdec.engines.launch import (
     LaunchError,
     free_port,
     processes_matching,
@@ -46,10 +46,10 @@ from pytest_specdec.launch import (
     stop_process,
     wait_ready,
 )
-from pytest_specdec.results import ResultsError, load_results, merge_worker_results
-from pytest_specdec.runner import Runner, RunOptions
-from pytest_specdec.suitefile import load_suite_settings
-from pytest_specdec.workloads import load_workload
+from pytest_specdec.gpu.nvml import NvmlLoader
+from pytest_specdec.gpu.session import GpuOptions, GpuSession
+from pytest_specdec.session.runner import Runner, RunOptions
+from pytest_specdec.verdict.baselines import append_session
 
 REPO = Path(__file__).resolve().parent.parent
 THROUGHPUT = "suites/test_throughput.py"
@@ -657,7 +657,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_specdec.runner import Server
+from pytest_specdec.session.runner import Server
 
 
 def _listening(port: int) -> list[str]:

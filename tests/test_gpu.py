@@ -10,7 +10,17 @@ from collections.abc import Iterator
 import pytest
 from fake_nvml import FakeNvml
 
-from pytest_specdec.gpu import (
+from pytest_specdec.gpu.hygiene import (
+    ClockLock,
+    ClockLockError,
+    HygienePolicy,
+    cooldown,
+    idle_temperature,
+    invalid_reasons,
+    session_median_sm_clock,
+    throughput_per_clock,
+)
+from pytest_specdec.gpu.nvml import (
     LOCKED_SM_CLOCKS,
     GpuSelectionError,
     GpuUnavailable,
@@ -25,17 +35,7 @@ from pytest_specdec.gpu import (
     probe,
     xdist_worker_index,
 )
-from pytest_specdec.gpu_hygiene import (
-    ClockLock,
-    ClockLockError,
-    HygienePolicy,
-    cooldown,
-    idle_temperature,
-    invalid_reasons,
-    session_median_sm_clock,
-    throughput_per_clock,
-)
-from pytest_specdec.gpu_telemetry import (
+from pytest_specdec.gpu.telemetry import (
     REASON_NAMES,
     RunTelemetry,
     Sample,
@@ -497,7 +497,7 @@ def test_nvml_is_initialised_once_and_shut_down(loaders: list[NvmlLoader]) -> No
 
 def test_unchanged_energy_counter_falls_back_to_integrated_power() -> None:
     """A short run can see no counter update while the GPU draws 150 W: never report 0 J."""
-    from pytest_specdec.gpu_telemetry import Sample, summarize_device
+    from pytest_specdec.gpu.telemetry import Sample, summarize_device
 
     samples = [Sample(t_ns=k * 100_000_000, power_w=150.0, energy_mj=5_000) for k in range(5)]
     dev = summarize_device(0, samples, start_ns=0, output_tokens=100)

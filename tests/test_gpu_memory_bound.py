@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.gpu import fingerprints
-from pytest_specdec.modelfile import cache_root
-from pytest_specdec.roofline import DATASHEET_GBS, nvml_bandwidth
+from pytest_specdec.core.modelfile import cache_root
+from pytest_specdec.gpu.nvml import fingerprints
+from pytest_specdec.measure.roofline import DATASHEET_GBS, nvml_bandwidth
 
 pytestmark = pytest.mark.gpu
 

@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.gpu import (
-    LOCKED_SM_CLOCKS,
-    cuda_to_nvml_indices,
-    fingerprints,
-)
-from pytest_specdec.gpu_hygiene import (
+from pytest_specdec.gpu.hygiene import (
     ClockLock,
     ClockLockError,
     cooldown,
     idle_temperature,
     invalid_reasons,
 )
-from pytest_specdec.gpu_telemetry import DeviceTelemetry, TelemetrySampler
+from pytest_specdec.gpu.nvml import (
+    LOCKED_SM_CLOCKS,
+    cuda_to_nvml_indices,
+    fingerprints,
+)
+from pytest_specdec.gpu.telemetry import DeviceTelemetry, TelemetrySampler
 
 pytestmark = pytest.mark.gpu
 

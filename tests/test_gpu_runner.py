@@ -10,15 +10,15 @@ import httpx
 import pytest
 from fake_nvml import FakeNvml
 
-import pytest_specdec.gpu as gpu_module
-from pytest_specdec.configs import Registry, preset_configs
-from pytest_specdec.gpu import NvmlLoader
-from pytest_specdec.gpu_session import GpuOptions, GpuRequired, GpuSession
-from pytest_specdec.report import table_rows
-from pytest_specdec.runner import Runner, RunOptions
-from pytest_specdec.suitefile import SuiteSettings
-from pytest_specdec.summary import summarize
-from pytest_specdec.workloads import load_workload
+import pytest_specdec.gpu.nvml as gpu_module
+from pytest_specdec.core.configs import Registry, preset_configs
+from pytest_specdec.core.suitefile import SuiteSettings
+from pytest_specdec.core.workloads import load_workload
+from pytest_specdec.gpu.nvml import NvmlLoader
+from pytest_specdec.gpu.session import GpuOptions, GpuRequired, GpuSession
+from pytest_specdec.report.summary import summarize
+from pytest_specdec.report.table import table_rows
+from pytest_specdec.session.runner import Runner, RunOptions
 
 HW_THERMAL = 0x40
 

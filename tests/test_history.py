@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_specdec.baselines import load_baseline
 from pytest_specdec.cli import main
-from pytest_specdec.history import (
+from pytest_specdec.core.results import atomic_write_json
+from pytest_specdec.verdict.baselines import load_baseline
+from pytest_specdec.verdict.history import (
     HistoryPolicy,
     Night,
     change_points,
@@ -25,8 +26,7 @@ from pytest_specdec.history import (
     nights,
     noise_sd,
 )
-from pytest_specdec.judge import update_baseline
-from pytest_specdec.results import atomic_write_json
+from pytest_specdec.verdict.judge import update_baseline
 
 PROMPTS = ("code", "prose")
 
@@ -273,7 +273,7 @@ def test_simulated_nights_meet_the_calibrated_rates() -> None:
 
 def test_trend_chart_marks_the_change_point(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from pytest_specdec import charts
+    from pytest_specdec.report import charts
 
     build_store(tmp_path / "bl", 20, step_at=12, step=0.04)
     baseline = load_baseline(next((tmp_path / "bl").rglob("*.json")))

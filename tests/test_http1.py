@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_specdec.client import ClientSettings, RequestFailed, SseSplitter, stream_sse
 from pytest_specdec.engines.base import chat_has_content
-from pytest_specdec.http1 import ChunkedDecoder, Http1Transport, _ProtocolError
+from pytest_specdec.measure.client import ClientSettings, RequestFailed, SseSplitter, stream_sse
+from pytest_specdec.measure.http1 import ChunkedDecoder, Http1Transport, _ProtocolError
 
 
 def chunked(*parts: bytes) -> bytes:

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from tests_support import CACHE, missing
 
-from pytest_specdec.configs import Registry, parse_config, preset_configs
+from pytest_specdec.core.configs import Registry, parse_config, preset_configs
+from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines import make_engine
 from pytest_specdec.engines.base import BootContext
-from pytest_specdec.lint import (
+from pytest_specdec.engines.lint import (
     Finding,
     LintUnavailable,
     closest,
@@ -22,7 +23,6 @@ from pytest_specdec.lint import (
     lint_by_help,
     unknown_flags,
 )
-from pytest_specdec.suitefile import EngineSettings
 
 SGLANG_VERSION = "0.5.23"
 HELP = """\

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_specdec.lossless import (
+from pytest_specdec.measure.lossless import (
     DIVERGED,
     DIVERGED_LATE,
     IDENTICAL,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from pytest_specdec.cli import main
-from pytest_specdec.merge import MergeError, load_many, merge
-from pytest_specdec.results import atomic_write_json
+from pytest_specdec.core.results import atomic_write_json
+from pytest_specdec.report.merge import MergeError, load_many, merge
 
 H200 = {"name": "NVIDIA H200", "driver_version": "580.1", "power_limit_w": 700.0,
         "max_memory_clock_mhz": 3201, "memory_bus_width_bits": 6016}  # fmt: skip

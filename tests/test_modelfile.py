@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from tests_support import CACHE, missing
 
-from pytest_specdec import modelfile
-from pytest_specdec.modelfile import (
+from pytest_specdec.core import modelfile
+from pytest_specdec.core.modelfile import (
     ModelFileError,
     file_sha256,
     gguf_tensor_bytes,

@@ -99,7 +99,7 @@ def test_help_shows_the_option_group(suite_project: pytest.Pytester) -> None:
 
 
 def test_require_gpu_refuses_clearly_without_one(suite_project: pytest.Pytester) -> None:
-    from pytest_specdec.gpu import probe
+    from pytest_specdec.gpu.nvml import probe
 
     if probe()[0]:
         pytest.skip("a GPU is present: the refusal cannot be shown here")

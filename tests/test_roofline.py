@@ -12,10 +12,8 @@ from typing import Any
 import pytest
 from fake_nvml import FakeNvml
 
-from pytest_specdec.export import markdown_summary, records
-from pytest_specdec.gpu import fingerprint
-from pytest_specdec.report import terminal_summary
-from pytest_specdec.roofline import (
+from pytest_specdec.gpu.nvml import fingerprint
+from pytest_specdec.measure.roofline import (
     annotate,
     by_config,
     decode_tok_per_s,
@@ -24,6 +22,8 @@ from pytest_specdec.roofline import (
     peak_bandwidth,
     roofline,
 )
+from pytest_specdec.report.export import markdown_summary, records
+from pytest_specdec.report.table import terminal_summary
 
 REPO = Path(__file__).resolve().parent.parent
 H200_RUN = REPO / "docs" / "gpu-run" / "h200-memory-bound.json"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_specdec.stats import (
+from pytest_specdec.verdict.stats import (
     Outcome,
     SessionSummary,
     Verdict,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.launch import free_port, start_process, stop_process, wait_ready
+from pytest_specdec.engines.launch import free_port, start_process, stop_process, wait_ready
 
 pytestmark = pytest.mark.engine
 PROMPTS = [

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_specdec.configs import ENGINES, preset_configs
+from pytest_specdec.core.configs import ENGINES, preset_configs
 from pytest_specdec.options import PYTEST_OPTIONS
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec import workloads
-from pytest_specdec.workloads import (
+from pytest_specdec.core import workloads
+from pytest_specdec.core.workloads import (
     Message,
     Prompt,
     Workload,
@@ -116,7 +116,7 @@ def test_rag_prompts_number_their_documents() -> None:
 
 
 def test_builtin_files_are_valid_jsonl_one_object_per_line() -> None:
-    folder = Path(workloads.__file__).parent / "prompts"
+    folder = Path(workloads.__file__).parents[1] / "prompts"
     files = sorted(folder.glob("*.jsonl"))
     assert {f.stem for f in files} == {"seed", *SPECBENCH}
     for path in files:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pytest_specdec.modelfile import cache_root
+from pytest_specdec.core.modelfile import cache_root
 
 CACHE = cache_root()  # read before pytester points HOME at its temporary folder
 

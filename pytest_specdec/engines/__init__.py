@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines.base import Engine, EngineNotInstalled
 from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.openai import OpenAIEngine
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.engines.vllm import VLLMEngine
-from pytest_specdec.suitefile import EngineSettings
 
 ENGINE_CLASSES: dict[str, type[LlamaCppEngine | SGLangEngine | VLLMEngine | OpenAIEngine]] = {
     "llamacpp": LlamaCppEngine,

@@ -17,12 +17,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from pytest_specdec.client import RequestFailed, StreamOutcome, get, post_json, stream_sse
-from pytest_specdec.configs import SpecConfig
-from pytest_specdec.lint import Finding
-from pytest_specdec.lossless import GreedyOutput
-from pytest_specdec.results import RunRecord
-from pytest_specdec.suitefile import EngineSettings
+from pytest_specdec.core.configs import SpecConfig
+from pytest_specdec.core.results import RunRecord
+from pytest_specdec.core.suitefile import EngineSettings
+from pytest_specdec.engines.lint import Finding
+from pytest_specdec.measure.client import RequestFailed, StreamOutcome, get, post_json, stream_sse
+from pytest_specdec.measure.lossless import GreedyOutput
 
 
 class EngineNotInstalled(RuntimeError):

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import httpx
 
-from pytest_specdec.client import RequestFailed, get, post_json
+from pytest_specdec.core.modelfile import cache_root
+from pytest_specdec.core.results import RunRecord
+from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines.base import (
     BootContext,
     EngineBase,
@@ -31,11 +33,9 @@ from pytest_specdec.engines.base import (
     finish_spec,
     stream_chat,
 )
-from pytest_specdec.lint import Finding, lint_by_help
-from pytest_specdec.lossless import GreedyOutput
-from pytest_specdec.modelfile import cache_root
-from pytest_specdec.results import RunRecord
-from pytest_specdec.suitefile import EngineSettings
+from pytest_specdec.engines.lint import Finding, lint_by_help
+from pytest_specdec.measure.client import RequestFailed, get, post_json
+from pytest_specdec.measure.lossless import GreedyOutput
 
 ENV_BINARY = "SPECDEC_LLAMA_SERVER"
 SETUP_HINT = "run ./scripts/setup (builds llama-server into ~/.cache/pytest-specdec)"

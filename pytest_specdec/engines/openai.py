@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import httpx
 
+from pytest_specdec.core.results import RunRecord
 from pytest_specdec.engines.base import (
     BootContext,
     EngineBase,
@@ -20,11 +21,10 @@ from pytest_specdec.engines.base import (
     apply_timings,
     stream_chat,
 )
+from pytest_specdec.engines.lint import Finding
 from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.engines.vllm import VLLMEngine
-from pytest_specdec.lint import Finding
-from pytest_specdec.results import RunRecord
 
 
 class OpenAIEngine(EngineBase):

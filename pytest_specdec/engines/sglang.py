@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 
-from pytest_specdec.client import RequestFailed, get, stream_sse
+from pytest_specdec.core.results import RunRecord
+from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines.base import (
     BootContext,
     EngineBase,
@@ -31,9 +32,8 @@ from pytest_specdec.engines.base import (
     stream_chat,
     write_private,
 )
-from pytest_specdec.lint import Finding, lint_sglang
-from pytest_specdec.results import RunRecord
-from pytest_specdec.suitefile import EngineSettings
+from pytest_specdec.engines.lint import Finding, lint_sglang
+from pytest_specdec.measure.client import RequestFailed, get, stream_sse
 
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
 GEN_TOKENS = "sglang:generation_tokens_total"

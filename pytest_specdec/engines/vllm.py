@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines.base import (
     BootContext,
     EngineBase,
@@ -21,8 +22,7 @@ from pytest_specdec.engines.base import (
     counter_delta,
     finish_spec,
 )
-from pytest_specdec.lint import Finding, lint_by_help
-from pytest_specdec.suitefile import EngineSettings
+from pytest_specdec.engines.lint import Finding, lint_by_help
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

@@ -9,14 +9,20 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.baselines import BaselineError, load_baseline
-from pytest_specdec.charts import ChartInputError, ChartsUnavailable
-from pytest_specdec.history import HistoryUnavailable
-from pytest_specdec.judge import adjust, failures, judge_reference, not_gating, update_baseline
-from pytest_specdec.merge import MergeError
-from pytest_specdec.report import render_table
-from pytest_specdec.results import ResultsError, atomic_write_json, load_results
-from pytest_specdec.stats import VerdictPolicy
+from pytest_specdec.core.results import ResultsError, atomic_write_json, load_results
+from pytest_specdec.report.charts import ChartInputError, ChartsUnavailable
+from pytest_specdec.report.merge import MergeError
+from pytest_specdec.report.table import render_table
+from pytest_specdec.verdict.baselines import BaselineError, load_baseline
+from pytest_specdec.verdict.history import HistoryUnavailable
+from pytest_specdec.verdict.judge import (
+    adjust,
+    failures,
+    judge_reference,
+    not_gating,
+    update_baseline,
+)
+from pytest_specdec.verdict.stats import VerdictPolicy
 
 
 def baseline_update(args: argparse.Namespace) -> int:
@@ -89,7 +95,7 @@ def compare(args: argparse.Namespace) -> int:
 
 def report_merge(args: argparse.Namespace) -> int:
     """One report from many runners' results files, grouped by hardware key."""
-    from pytest_specdec import merge
+    from pytest_specdec.report import merge
 
     files, notes = merge.load_many([Path(p) for p in args.paths])
     groups = merge.merge(files)
@@ -100,8 +106,8 @@ def report_merge(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from pytest_specdec import export
-    from pytest_specdec.charts import results_chart, trend_chart
+    from pytest_specdec.report.charts import results_chart, trend_chart
+    from pytest_specdec.report import export
 
     if args.kind == "merge":
         return report_merge(args)

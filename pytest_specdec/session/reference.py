@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
-from pytest_specdec.configs import SpecConfig
-from pytest_specdec.launch import LaunchError
-from pytest_specdec.lossless import LosslessResult, compare
-from pytest_specdec.results import ConfigRecord
+from pytest_specdec.core.configs import SpecConfig
+from pytest_specdec.core.results import ConfigRecord
+from pytest_specdec.engines.launch import LaunchError
+from pytest_specdec.measure.lossless import LosslessResult, compare
 
 if TYPE_CHECKING:
-    from pytest_specdec.runner import Runner, Server
-    from pytest_specdec.workloads import Prompt
+    from pytest_specdec.core.workloads import Prompt
+    from pytest_specdec.session.runner import Runner, Server
 
 
 def _reference_key(runner: Runner, cfg: SpecConfig) -> tuple[str, str]:

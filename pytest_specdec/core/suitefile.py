@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.configs import ENGINES, ConfigError, read_toml
+from pytest_specdec.core.configs import ENGINES, ConfigError, read_toml
 
 SUITE_KEYS = {"suite", "models", "engines", "configs"}
 ENGINE_KEYS = {"binary", "python", "extra_args", "startup_timeout_s", "env", "api"}

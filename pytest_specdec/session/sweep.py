@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.results import RunRecord, finalize_timings
+from pytest_specdec.core.results import RunRecord, finalize_timings
 
 if TYPE_CHECKING:
-    from pytest_specdec.runner import Runner, Server
+    from pytest_specdec.session.runner import Runner, Server
 
 Send = Callable[[int], Awaitable[RunRecord]]
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pytest_specdec.gpu import call_optional, is_unsupported, load_nvml, nvml_error
+from pytest_specdec.gpu.nvml import call_optional, is_unsupported, load_nvml, nvml_error
 
 # NVML clock-event ("throttle") reason bits and the names recorded for them.
 REASON_NAMES: dict[int, str] = {

@@ -9,16 +9,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_specdec.cli_history import add_command as add_history
-from pytest_specdec.cli_results import ERRORS as RESULT_ERRORS
-from pytest_specdec.cli_results import add_commands
-from pytest_specdec.configs import ConfigError, Registry, load_registry
-from pytest_specdec.doctor import run as run_doctor
+from pytest_specdec.cli.doctor import run as run_doctor
+from pytest_specdec.cli.history import add_command as add_history
+from pytest_specdec.cli.results import ERRORS as RESULT_ERRORS
+from pytest_specdec.cli.results import add_commands
+from pytest_specdec.core.configs import ConfigError, Registry, load_registry
+from pytest_specdec.core.suitefile import SuiteSettings, load_suite_settings
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.engines.base import BootContext
-from pytest_specdec.lint import LintUnavailable
+from pytest_specdec.engines.lint import LintUnavailable
 from pytest_specdec.options import engine_name
-from pytest_specdec.suitefile import SuiteSettings, load_suite_settings
 
 DEFAULT_SUITE = Path("suites/specdec.toml")
 

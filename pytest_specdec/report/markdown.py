@@ -1,6 +1,6 @@
 """Markdown sections of the CI report: throughput table, verdicts, GPU health, failures and
 the environment. Each function renders records (``ConfigRecord``) or the results document's
-``verdicts`` (``Judgement.to_dict()``); :func:`pytest_specdec.export.markdown_summary` puts
+``verdicts`` (``Judgement.to_dict()``); :func:`pytest_specdec.report.export.markdown_summary` puts
 them together.
 """
 
@@ -11,11 +11,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_specdec.gpu_hygiene import DEFAULT_INVALIDATING_BITS
-from pytest_specdec.gpu_telemetry import decode_reasons
-from pytest_specdec.results import ConfigRecord, RunRecord
-from pytest_specdec.roofline import describe as roofline_cell
-from pytest_specdec.summary import CellSummary, config_cells, suite_geomean
+from pytest_specdec.core.results import ConfigRecord, RunRecord
+from pytest_specdec.gpu.hygiene import DEFAULT_INVALIDATING_BITS
+from pytest_specdec.gpu.telemetry import decode_reasons
+from pytest_specdec.measure.roofline import describe as roofline_cell
+from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
 
 INVALIDATING = set(decode_reasons(DEFAULT_INVALIDATING_BITS))
 NONE = "-"

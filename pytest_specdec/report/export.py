@@ -3,7 +3,7 @@ JUnit properties.
 
 Pure functions on the document that ``load_results`` returns (or ``Runner.document()``). They
 present what was recorded; the only numbers derived here are the per-cell summaries of
-:mod:`pytest_specdec.summary` (mean ± 95% CI, accept length) and, for pytest-benchmark, the
+:mod:`pytest_specdec.report.summary` (mean ± 95% CI, accept length) and, for pytest-benchmark, the
 seconds per output token of each run (1 / tok/s).
 """
 
@@ -15,7 +15,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.export_markdown import (
+from pytest_specdec.core.results import ConfigRecord
+from pytest_specdec.measure.roofline import by_config
+from pytest_specdec.report.markdown import (
     environment_details,
     excluded,
     failure_lines,
@@ -25,11 +27,9 @@ from pytest_specdec.export_markdown import (
     throughput_table,
     verdict_section,
 )
-from pytest_specdec.judge import Judgement
-from pytest_specdec.report import roofline_lines
-from pytest_specdec.results import ConfigRecord
-from pytest_specdec.roofline import by_config
-from pytest_specdec.summary import summarize
+from pytest_specdec.report.summary import summarize
+from pytest_specdec.report.table import roofline_lines
+from pytest_specdec.verdict.judge import Judgement
 
 # The pytest-benchmark JSON layout this module writes (read by pytest-benchmark >= 3.1).
 BENCHMARK_FORMAT_VERSION = "5.1.0"

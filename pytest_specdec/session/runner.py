@@ -21,28 +21,9 @@ from typing import Any
 import httpx
 
 from pytest_specdec import __version__
-from pytest_specdec.client import ClientSettings, LoopThread, RequestFailed
-from pytest_specdec.concurrency import LevelResult, sweep
-from pytest_specdec.configs import ConfigError, Registry, SpecConfig
-from pytest_specdec.docker_launch import DockerSettings
-from pytest_specdec.engines import Engine, EngineNotInstalled, make_engine
-from pytest_specdec.engines.base import BootContext, LaunchSpec, RequestSpec, redact
-from pytest_specdec.gpu_session import GpuSession, RunWindow, telemetry_dict
-from pytest_specdec.gpu_telemetry import RunTelemetry
-from pytest_specdec.history import drift_for
-from pytest_specdec.judge import Judgement, adjust, judge_baseline, judge_reference, update_baseline
-from pytest_specdec.launch import (
-    LaunchError,
-    ServerProcess,
-    free_port,
-    start_process,
-    wait_ready,
-)
-from pytest_specdec.lint import LintUnavailable
-from pytest_specdec.lossless import GreedyOutput, LosslessResult
-from pytest_specdec.modelfile import model_identity
-from pytest_specdec.reference import ensure_references, lossless
-from pytest_specdec.results import (
+from pytest_specdec.core.configs import ConfigError, Registry, SpecConfig
+from pytest_specdec.core.modelfile import model_identity
+from pytest_specdec.core.results import (
     ConfigRecord,
     RunRecord,
     atomic_write_json,
@@ -50,10 +31,35 @@ from pytest_specdec.results import (
     results_document,
     utc_now,
 )
-from pytest_specdec.roofline import annotate
-from pytest_specdec.stats import DEFAULT_POLICY, VerdictPolicy, sequential_plan
-from pytest_specdec.suitefile import SuiteSettings
-from pytest_specdec.workloads import Prompt, Workload
+from pytest_specdec.core.suitefile import SuiteSettings
+from pytest_specdec.core.workloads import Prompt, Workload
+from pytest_specdec.engines import Engine, EngineNotInstalled, make_engine
+from pytest_specdec.engines.base import BootContext, LaunchSpec, RequestSpec, redact
+from pytest_specdec.engines.container import DockerSettings
+from pytest_specdec.engines.launch import (
+    LaunchError,
+    ServerProcess,
+    free_port,
+    start_process,
+    wait_ready,
+)
+from pytest_specdec.engines.lint import LintUnavailable
+from pytest_specdec.gpu.session import GpuSession, RunWindow, telemetry_dict
+from pytest_specdec.gpu.telemetry import RunTelemetry
+from pytest_specdec.measure.client import ClientSettings, LoopThread, RequestFailed
+from pytest_specdec.measure.lossless import GreedyOutput, LosslessResult
+from pytest_specdec.measure.roofline import annotate
+from pytest_specdec.session.reference import ensure_references, lossless
+from pytest_specdec.session.sweep import LevelResult, sweep
+from pytest_specdec.verdict.history import drift_for
+from pytest_specdec.verdict.judge import (
+    Judgement,
+    adjust,
+    judge_baseline,
+    judge_reference,
+    update_baseline,
+)
+from pytest_specdec.verdict.stats import DEFAULT_POLICY, VerdictPolicy, sequential_plan
 
 PORT_RETRIES = 3
 PROBE_S = 5.0  # one readiness probe at most
@@ -330,7 +336,7 @@ class Runner:
         docker = self.options.docker
         if docker is None:
             return start_process(spec.argv, spec.env, log_path)
-        from pytest_specdec.docker_launch import start_container
+        from pytest_specdec.engines.container import start_container
 
         binary = self.options.docker_binary or DOCKER_BINARIES.get(cfg.engine, spec.argv[0])
         folders = {str(Path(m).parent) for m in models if m and Path(m).is_file()}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.baselines import (
+from pytest_specdec.verdict.baselines import (
     Baseline,
     BaselineError,
     append_session,
@@ -24,7 +24,7 @@ from pytest_specdec.baselines import (
     load_baseline,
     session_entry,
 )
-from pytest_specdec.stats import (
+from pytest_specdec.verdict.stats import (
     Outcome,
     SessionSummary,
     Verdict,

@@ -6,9 +6,9 @@ import importlib.util
 import os
 from collections.abc import Callable
 
+from pytest_specdec.core.suitefile import SuiteSettings
 from pytest_specdec.engines import EngineNotInstalled, make_engine
-from pytest_specdec.gpu import fingerprints, load_nvml, probe
-from pytest_specdec.suitefile import SuiteSettings
+from pytest_specdec.gpu.nvml import fingerprints, load_nvml, probe
 
 Check = Callable[[], tuple[bool, str]]
 
@@ -41,7 +41,7 @@ def _docker() -> tuple[bool, str]:
     if importlib.util.find_spec("docker") is None:
         return False, "the docker SDK is missing: pip install 'pytest-specdec[docker]'"
     try:
-        from pytest_specdec.docker_launch import docker_client
+        from pytest_specdec.engines.container import docker_client
 
         version = docker_client().version().get("Version", "?")
     except Exception as exc:

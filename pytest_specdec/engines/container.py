@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.engines.base import LaunchSpec
-from pytest_specdec.launch import LaunchError, log_tail
+from pytest_specdec.engines.launch import LaunchError, log_tail
 
 LABEL = "pytest-specdec"
 SESSION_LABEL = "pytest-specdec.session"

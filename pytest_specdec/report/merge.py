@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.baselines import hardware_identity, key_for, key_mismatch
-from pytest_specdec.results import RESULTS_SCHEMA, ResultsError, load_results
-from pytest_specdec.roofline import annotate
+from pytest_specdec.core.results import RESULTS_SCHEMA, ResultsError, load_results
+from pytest_specdec.measure.roofline import annotate
+from pytest_specdec.verdict.baselines import hardware_identity, key_for, key_mismatch
 
 MERGED_SCHEMA = 1
 
@@ -128,7 +128,7 @@ def _join(kept: dict[str, Any], cfg: Mapping[str, Any], name: str) -> None:
 
 def markdown(groups: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()) -> str:
     """A Markdown report: one section per hardware key (the single-run report of each)."""
-    from pytest_specdec.export import markdown_summary
+    from pytest_specdec.report.export import markdown_summary
 
     files = sum(len(g.get("sources") or []) for g in groups)
     out = [f"# Merged results: {files} file(s), {len(groups)} hardware key(s)", ""]

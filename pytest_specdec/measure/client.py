@@ -1,7 +1,7 @@
 """The async HTTP load driver: one event loop thread, one httpx client per server, SSE streams.
 
 Timing uses ``time.perf_counter_ns``. A stream must reach ``data: [DONE]`` and is read to the end
-of the response (through :mod:`pytest_specdec.http1` for ``http://``); any HTTP error,
+of the response (through :mod:`pytest_specdec.measure.http1` for ``http://``); any HTTP error,
 malformed event, early end of stream or timeout raises :class:`RequestFailed` with its cause, so
 that the caller records an error, never a number.
 """
@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from pytest_specdec.http1 import Http1Transport
+from pytest_specdec.measure.http1 import Http1Transport
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ class ClientSettings:
     ) -> httpx.AsyncClient:
         """A client whose requests each open a new connection and close it at the end.
 
-        ``http://`` goes through :class:`~pytest_specdec.http1.Http1Transport` (the lean
+        ``http://`` goes through :class:`~pytest_specdec.measure.http1.Http1Transport` (the lean
         reader behind the driver's ceiling); ``https://`` through httpx's own transport.
         No keep-alive either way: engines close idle connections, and a request sent on one
         they closed fails ("disconnected without sending a response"); a loopback connect
@@ -151,7 +151,7 @@ async def stream_sse(
 
     ``has_content`` tells whether an event carries generated text; the first such event
     defines TTFT. The body is read in whatever pieces the transport yields (with
-    :class:`~pytest_specdec.http1.Http1Transport`, one per socket read) and split into events
+    :class:`~pytest_specdec.measure.http1.Http1Transport`, one per socket read) and split into events
     here, without httpx's text and line layers.
     """
     out = StreamOutcome(start_ns=time.perf_counter_ns())

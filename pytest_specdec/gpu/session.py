@@ -12,7 +12,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_specdec.gpu import (
+from pytest_specdec.gpu.hygiene import (
+    ClockLock,
+    HygienePolicy,
+    cooldown,
+    idle_temperature,
+    invalid_reasons,
+    session_median_sm_clock,
+)
+from pytest_specdec.gpu.nvml import (
     GpuSelectionError,
     assign_gpus,
     cuda_to_nvml_indices,
@@ -21,15 +29,7 @@ from pytest_specdec.gpu import (
     probe,
     xdist_worker_index,
 )
-from pytest_specdec.gpu_hygiene import (
-    ClockLock,
-    HygienePolicy,
-    cooldown,
-    idle_temperature,
-    invalid_reasons,
-    session_median_sm_clock,
-)
-from pytest_specdec.gpu_telemetry import RunTelemetry, TelemetrySampler
+from pytest_specdec.gpu.telemetry import RunTelemetry, TelemetrySampler
 
 
 class GpuRequired(RuntimeError):

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.history import HistoryPolicy, Series, load_series
-from pytest_specdec.report import render_table
+from pytest_specdec.report.table import render_table
+from pytest_specdec.verdict.history import HistoryPolicy, Series, load_series
 
 
 def rows(series: list[Series]) -> list[list[str]]:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec import __version__
-from pytest_specdec.results import atomic_write_json, utc_now
-from pytest_specdec.stats import SessionSummary
+from pytest_specdec.core.results import atomic_write_json, utc_now
+from pytest_specdec.verdict.stats import SessionSummary
 
 BASELINE_SCHEMA = 1
 IDENTITY_FIELDS = (

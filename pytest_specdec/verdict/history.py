@@ -30,15 +30,15 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from pytest_specdec.baselines import (
+from pytest_specdec.core.results import ResultsError, load_results
+from pytest_specdec.verdict.baselines import (
     BaselineError,
     baseline_path,
     key_for,
     key_mismatch,
     load_baseline,
 )
-from pytest_specdec.judge import session_entries
-from pytest_specdec.results import ResultsError, load_results
+from pytest_specdec.verdict.judge import session_entries
 
 DASH = "\u2013"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from scipy import stats as sps
 
-from pytest_specdec.results import ConfigRecord, RunRecord
+from pytest_specdec.core.results import ConfigRecord, RunRecord
 
 
 @dataclass(frozen=True)

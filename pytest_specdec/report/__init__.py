@@ -1,0 +1,6 @@
+"""What people and dashboards read: the terminal table, per-config summaries, Markdown,
+pytest-benchmark and JUnit exports, charts, and the merged report of many runners.
+
+Reads results documents and verdicts; may import every layer below the session
+(:mod:`core`, :mod:`measure`, :mod:`gpu`, :mod:`engines`, :mod:`verdict`).
+"""
