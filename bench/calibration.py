@@ -32,13 +32,12 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
 
 from pytest_specdec.verdict.history import HistoryPolicy, Night, detect, drift
+from pytest_specdec.verdict.planning import SequentialPlan, sequential_plan
 from pytest_specdec.verdict.stats import (
-    SequentialPlan,
     SessionSummary,
     Verdict,
     VerdictPolicy,
     against_history_sessions,
-    sequential_plan,
     welch_log,
 )
 

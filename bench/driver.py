@@ -64,6 +64,7 @@ from pytest_specdec.core.results import (  # noqa: E402
     finalize_timings,
     host_fingerprint,
 )
+from pytest_specdec.core.values import positive_int  # noqa: E402
 from pytest_specdec.engines.base import RequestSpec, stream_chat  # noqa: E402
 from pytest_specdec.engines.launch import (  # noqa: E402
     EngineProcess,
@@ -74,7 +75,6 @@ from pytest_specdec.engines.launch import (  # noqa: E402
     wait_ready,
 )
 from pytest_specdec.measure.client import ClientSettings, LoopThread, RequestFailed  # noqa: E402
-from pytest_specdec.options import positive_int  # noqa: E402
 
 DRIVER = "pytest-specdec"
 TOKEN = "tok "  # what bench/fake_stream_server.py sends per chunk

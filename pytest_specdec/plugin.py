@@ -2,174 +2,31 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_specdec import options as opt
-from pytest_specdec.core.configs import ConfigError, SpecConfig, load_registry, split_names
-from pytest_specdec.core.results import ConfigRecord, atomic_write_json, merge_worker_results
-from pytest_specdec.core.suitefile import load_suite_settings
-from pytest_specdec.core.workloads import Prompt, WorkloadError, load_workload
+from pytest_specdec.core.configs import ConfigError, SpecConfig
+from pytest_specdec.core.workloads import Prompt
 from pytest_specdec.engines import EngineNotInstalled
-from pytest_specdec.engines.container import DockerSettings
 from pytest_specdec.engines.launch import LaunchError, kill_all
-from pytest_specdec.gpu.hygiene import HygienePolicy
-from pytest_specdec.gpu.nvml import probe
-from pytest_specdec.gpu.session import GpuOptions, GpuSession
+from pytest_specdec.finish import finish_session, summary_lines
 from pytest_specdec.measure.lossless import LosslessResult
-from pytest_specdec.measure.roofline import annotate
-from pytest_specdec.report.table import terminal_summary, verdict_lines
-from pytest_specdec.session.runner import Runner, RunOptions, Server, resolve_configs
+from pytest_specdec.session.runner import Runner, Server
+from pytest_specdec.state import STASH_KEY, SpecdecState, runner_state
 from pytest_specdec.verdict.baselines import BaselineError
-from pytest_specdec.verdict.history import HistoryUnavailable
-from pytest_specdec.verdict.judge import (
-    MISMATCH,
-    NO_BASELINE,
-    PARTIAL,
-    UNJUDGEABLE,
-    Judgement,
-    failures,
-    indistinguishable,
-    not_gating,
-)
-
-STASH_KEY = pytest.StashKey["SpecdecState"]()
-_STATES: dict[int, SpecdecState] = {}
+from pytest_specdec.verdict.gate import failures
+from pytest_specdec.verdict.judge import MISMATCH, NO_BASELINE, PARTIAL, UNJUDGEABLE, Judgement
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specdec", "speculative-decoding benchmarks (pytest-specdec)")
     for flag, kwargs in opt.PYTEST_OPTIONS:
         group.addoption(flag, **kwargs)
-
-
-class SpecdecState:
-    """Per-pytest-process state: validated options now, the runner once a test needs it."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        getopt = config.getoption
-        root = Path(str(config.rootpath))
-        suite_path = getopt("--specdec-suite-file") or root / "suites" / "specdec.toml"
-        if getopt("--specdec-suite-file") and not suite_path.is_file():
-            raise pytest.UsageError(
-                f"--specdec-suite-file {suite_path} does not exist; give the path of a suite "
-                "TOML file (see suites/specdec.toml)"
-            )
-        try:
-            self.suite = load_suite_settings(suite_path)
-            files = [p for p in (suite_path,) if p.exists()] + list(getopt("--specdec-config-file"))
-            engine = getopt("--specdec-engine") or self.suite.engine
-            self.registry = load_registry(
-                files, default_engine=engine if engine != "openai" else None
-            )
-            names = split_names(getopt("--spec-config")) or ["baseline"]
-            reference = getopt("--specdec-reference")
-            if reference:  # measured first, so that the others can be compared with it
-                names = [reference, *(n for n in names if n != reference)]
-            url = getopt("--specdec-server-url")
-            self.configs: list[SpecConfig] = resolve_configs(
-                names, engine, self.registry, url is not None
-            )
-            self.workload = load_workload(getopt("--specdec-workload") or self.suite.workload)
-        except (ConfigError, WorkloadError) as exc:
-            raise pytest.UsageError(str(exc)) from None
-        results: Path = getopt("--specdec-results")
-        workerinput = getattr(config, "workerinput", None)
-        self.worker_id: str | None = workerinput["workerid"] if workerinput else None
-        self.n_workers: int = int(workerinput["workercount"]) if workerinput else 1
-        if self.worker_id:  # each xdist worker writes its own file; the controller merges them
-            results = results.with_name(f"{results.stem}.{self.worker_id}{results.suffix}")
-        self.results_path: Path = getopt("--specdec-results")
-        self.gpu_options = GpuOptions(
-            gpus=getopt("--specdec-gpus"),
-            require=getopt("--specdec-require-gpu"),
-            hz=getopt("--specdec-telemetry-hz"),
-            cooldown=not getopt("--specdec-no-cooldown"),
-            lock_sm_mhz=getopt("--specdec-lock-clocks"),
-            policy=HygienePolicy(cooldown_cap_s=getopt("--specdec-cooldown-cap")),
-        )
-        if getopt("--specdec-chart") is not None:
-            _check_charts()
-        if self.gpu_options.require:
-            available, reason = probe()
-            if not available:
-                raise pytest.UsageError(
-                    f"--specdec-require-gpu: no usable NVIDIA GPU here: {reason}; run on a GPU "
-                    "runner (check nvidia-smi and nvidia-ml-py) or drop --specdec-require-gpu"
-                )
-        self.options = RunOptions(
-            engine=engine,
-            config_names=tuple(names),
-            runs=getopt("--specdec-runs"),
-            max_tokens=getopt("--specdec-max-tokens"),
-            warmup=not getopt("--specdec-no-warmup"),
-            results_path=results,
-            log_dir=getopt("--specdec-log-dir") or results.parent / "logs",
-            server_url=url,
-            model=getopt("--specdec-model"),
-            draft_model=getopt("--specdec-draft-model"),
-            startup_timeout_s=getopt("--specdec-startup-timeout"),
-            request_timeout_s=getopt("--specdec-request-timeout"),
-            api_key=getopt("--specdec-api-key") or os.environ.get("SPECDEC_API_KEY"),
-            baseline_dir=getopt("--specdec-baseline-dir") or root / "baselines",
-            reference=self.configs[0].name if reference else None,
-            allow_mismatch=getopt("--specdec-allow-mismatch"),
-            update_baselines=getopt("--specdec-update-baselines"),
-            fail_on=tuple(getopt("--specdec-fail-on")),
-            provisional_gates=getopt("--specdec-provisional") == "gate",
-            alpha=getopt("--specdec-alpha"),
-            min_delta=getopt("--specdec-min-delta"),
-            lint=not getopt("--specdec-no-lint"),
-            sessions=getopt("--specdec-sessions"),
-            docker=self._docker_settings(getopt),
-            docker_binary=getopt("--specdec-docker-binary"),
-            lossless_fail_before=getopt("--specdec-lossless-fail-before"),
-            adaptive=getopt("--specdec-adaptive"),
-        )
-        self.summary_lines: list[str] = []
-        self._runner: Runner | None = None
-        self.merged: dict[str, Any] | None = None
-        self.needs_reference = False
-        self.lossless_lines: list[str] = []
-        self.started = time.time()
-
-    @staticmethod
-    def _docker_settings(getopt: Any) -> DockerSettings | None:
-        if getopt("--specdec-launcher") != "docker":
-            return None
-        image = getopt("--specdec-docker-image")
-        if not image:
-            raise pytest.UsageError(
-                "--specdec-launcher docker needs --specdec-docker-image IMAGE (e.g. "
-                "pytest-specdec/llamacpp-cpu:11434.0.0 from ./scripts/build-engine-image)"
-            )
-        try:
-            return DockerSettings(
-                image=image,
-                network=getopt("--specdec-docker-network"),
-                shm_size=getopt("--specdec-docker-shm"),
-            )
-        except LaunchError as exc:
-            raise pytest.UsageError(str(exc)) from None
-
-    @property
-    def runner(self) -> Runner:
-        if self._runner is None:
-            gpu = GpuSession(self.gpu_options, self.worker_id, self.n_workers)
-            self._runner = Runner(self.options, self.registry, self.suite, self.workload, gpu=gpu)
-            _STATES[id(self._runner)] = self
-        return self._runner
-
-    @property
-    def used(self) -> bool:
-        return self._runner is not None
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
@@ -185,16 +42,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         # SIGTERM unwinds like Ctrl-C: fixtures tear down, engines stop, results are written.
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-
-
-def _check_charts() -> None:
-    """``--specdec-chart`` without matplotlib is refused before anything is measured."""
-    from pytest_specdec.report.charts import ChartsUnavailable, check_available
-
-    try:
-        check_available()
-    except ChartsUnavailable as exc:
-        raise pytest.UsageError(f"--specdec-chart: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -338,10 +185,6 @@ def check_judgement(runner: Runner, name: str) -> Judgement:
     return judgement
 
 
-def _is_xdist_controller(config: pytest.Config) -> bool:
-    return config.pluginmanager.getplugin("dsession") is not None
-
-
 def check_lossless(runner: Runner, server: Server, prompt: Prompt) -> LosslessResult:
     """Compare with the reference; fail on an early divergence, list a late one (a near-tie
     flip) in the summary. Skipped for a server given by URL: no reference can be booted."""
@@ -357,105 +200,16 @@ def check_lossless(runner: Runner, server: Server, prompt: Prompt) -> LosslessRe
     return result
 
 
-def runner_state(runner: Runner) -> SpecdecState | None:
-    return _STATES.get(id(runner))
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    state = session.config.stash.get(STASH_KEY, None)
-    if state is not None and _is_xdist_controller(session.config):
-        state.merged = merge_worker_results(state.results_path, state.started)
-        if state.merged is not None:  # runs of a config may come from several workers
-            atomic_write_json(state.results_path, annotate(state.merged))
-            state.summary_lines += write_reports(session.config, state.merged)
-        return
-    if state is None or not state.used:
-        return
-    runner = state.runner
-    try:  # judged against the history as it was, before this session is added to it
-        judgements = runner.judge_all()
-    except BaselineError as exc:
-        state.summary_lines.append(f"verdicts: ERROR {exc}")
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        return
-    runner.verdicts = judgements
-    try:
-        runner.drifts()
-    except HistoryUnavailable as exc:
-        state.summary_lines.append(f"drift: not checked: {exc}")
-    runner.write_results()
-    state.summary_lines += verdict_lines(judgements)
-    state.summary_lines += [f"{d['config']}: {d['message']}" for d in runner.drift]
-    state.summary_lines += [f"diagnosis: {line}" for line in indistinguishable(runner.document())]
-    if runner.options.update_baselines:
-        state.summary_lines += ["baseline update:", *runner.update_baselines()]
-    if state.worker_id is None:  # reports come from the process that sees every config
-        state.summary_lines += write_reports(session.config, runner.document())
-    found = failures(judgements, runner.options.fail_on, runner.options.provisional_gates)
-    if "drift" in runner.options.fail_on:  # opt-in: --specdec-fail-on regressed,drift
-        found += [f"{d['config']}: {d['message']}" for d in runner.drift]
-    if not runner.options.provisional_gates:
-        state.summary_lines += not_gating(judgements, runner.options.fail_on)
-    if found and session.exitstatus == pytest.ExitCode.OK:
-        state.summary_lines += ["FAILED after Holm across configs:", *found]
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def write_reports(config: pytest.Config, doc: dict[str, Any]) -> list[str]:
-    """Markdown (file and GitHub step summary), pytest-benchmark JSON, chart: as asked."""
-    from pytest_specdec.report import export
-
-    lines = []
-    markdown: Path | None = config.getoption("--specdec-markdown")
-    if markdown is not None:
-        markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(export.markdown_summary(doc) + "\n", encoding="utf-8")
-        lines.append(f"markdown report: {markdown}")
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        lines.append(f"step summary: {export.write_step_summary(doc)}")
-    bench: Path | None = config.getoption("--specdec-benchmark-json")
-    if bench is not None:
-        atomic_write_json(bench, export.benchmark_json(doc))
-        lines.append(f"pytest-benchmark JSON: {bench}")
-    chart: Path | None = config.getoption("--specdec-chart")
-    if chart is not None:
-        from pytest_specdec.report.charts import results_chart
-
-        lines.append(f"chart: {results_chart(doc, chart)}")
-    return lines
+    finish_session(session)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    state = config.stash.get(STASH_KEY, None)
-    if state is None:
-        return
-    if state.merged is not None:  # xdist controller: the workers' merged results
-        doc = state.merged
-        records = {c["name"]: ConfigRecord.from_dict(c) for c in doc["configs"]}
-        prompts = list(doc["workload"]["prompts"])
-        extra = [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
-        lines = terminal_summary(records, prompts, str(state.results_path), rooflines(doc))
-        lines += extra
-    elif state.used:
-        runner = state.runner
-        prompts = [p.id for p in runner.workload.prompts]
-        path = str(runner.options.results_path) if runner.options.results_path else None
-        lines = terminal_summary(runner.records, prompts, path, rooflines(runner.document()))
-        lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
-        if state.lossless_lines:
-            lines += ["lossless (greedy output vs the target without speculation):"]
-            lines += state.lossless_lines
-    else:
-        return
+    lines = summary_lines(config)
     if lines:
         terminalreporter.write_sep("=", "speculative decoding: output tok/s")
         for line in lines:
             terminalreporter.write_line(line)
-
-
-def rooflines(doc: dict[str, Any]) -> dict[str, Any]:
-    """The roofline entry of each config, as the results document carries it (annotated)."""
-    return {c["name"]: c.get("roofline") for c in doc["configs"]}
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -14,7 +14,8 @@ import pytest
 from pytest_specdec.engines.base import EngineBase
 from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.sglang import SGLangEngine
-from pytest_specdec.verdict.judge import adjust, attribute, engine_env_change, judge_baseline
+from pytest_specdec.verdict.gate import adjust
+from pytest_specdec.verdict.judge import attribute, engine_env_change, judge_baseline
 from pytest_specdec.verdict.stats import Outcome, Verdict, VerdictPolicy
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,16 +19,9 @@ from pytest_specdec.verdict.baselines import (
     key_mismatch,
     load_baseline,
 )
-from pytest_specdec.verdict.judge import (
-    MISMATCH,
-    NO_BASELINE,
-    adjust,
-    failures,
-    judge_baseline,
-    judge_reference,
-    not_gating,
-    update_baseline,
-)
+from pytest_specdec.verdict.gate import adjust, failures, not_gating
+from pytest_specdec.verdict.judge import MISMATCH, NO_BASELINE, judge_baseline, judge_reference
+from pytest_specdec.verdict.sessions import update_baseline
 from pytest_specdec.verdict.stats import Outcome, VerdictPolicy
 
 PROMPTS = ["code", "prose"]

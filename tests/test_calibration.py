@@ -14,14 +14,13 @@ import numpy.typing as npt
 import pytest
 from scipy import stats as sps
 
+from pytest_specdec.verdict.planning import SequentialPlan, sequential_plan
 from pytest_specdec.verdict.stats import (
-    SequentialPlan,
     SessionSummary,
     Verdict,
     VerdictPolicy,
     against_history,
     against_history_sessions,
-    sequential_plan,
 )
 
 Logs = npt.NDArray[np.float64]

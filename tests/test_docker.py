@@ -23,7 +23,7 @@ import httpx
 import pytest
 from tests_support import missing
 
-from pytest_specdec.engines import container as docker_launch
+from pytest_specdec.engines import container
 from pytest_specdec.engines.base import LaunchSpec
 from pytest_specdec.engines.container import (
     LABEL,
@@ -155,10 +155,10 @@ def test_unreachable_daemon_says_how_to_start_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _sdk()
-    monkeypatch.setattr(docker_launch, "_CLIENT", [])
+    monkeypatch.setattr(container, "_CLIENT", [])
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
     with pytest.raises(DockerLaunchError) as info:
-        docker_launch.docker_client()
+        container.docker_client()
     message = str(info.value)
     assert f"docker daemon not reachable at unix://{tmp_path}/no-daemon.sock" in message
     assert "./scripts/start-dockerd" in message
@@ -168,13 +168,13 @@ def test_socket_without_a_daemon_is_refused_without_leaking(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _sdk()
-    monkeypatch.setattr(docker_launch, "_CLIENT", [])
+    monkeypatch.setattr(container, "_CLIENT", [])
     path = tmp_path / "stale.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bound:
         bound.bind(str(path))  # a socket file nobody listens on: connect is refused
     monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
     with pytest.raises(DockerLaunchError) as info:
-        docker_launch.docker_client()
+        container.docker_client()
     gc.collect()  # a leaked socket would be reported against this test
     assert f"docker daemon not reachable at unix://{path}: Connection refused" in str(info.value)
 
@@ -202,7 +202,7 @@ def docker_client() -> Any:
     if done.returncode != 0:
         reason = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
         pytest.skip(f"no docker daemon on this machine: scripts/start-dockerd: {reason[0]}")
-    return docker_launch.docker_client()
+    return container.docker_client()
 
 
 @pytest.fixture(scope="session")
@@ -329,7 +329,7 @@ def test_leftovers_are_removed_by_label(
     proc = start_container(spec, settings, "127.0.0.1", 1, tmp_path / "v.log", "specdec-leftover")
     assert isinstance(proc, ContainerProcess)
     assert [c.name for c in containers()] == ["specdec-leftover"]
-    assert docker_launch.remove_leftovers() == ["specdec-leftover"]
+    assert container.remove_leftovers() == ["specdec-leftover"]
     assert containers() == []
     assert stop_container(proc) is None  # idempotent; the exit code was never read
 
@@ -367,7 +367,7 @@ def test_containers_of_a_session_without_teardown_are_removed(
         assert left() == []  # the atexit hook removed it
     else:
         assert [c.name for c in left()] == [name]  # a killed session leaves its container
-        assert name in docker_launch.remove_orphans()
+        assert name in container.remove_orphans()
         assert left() == []
 
 

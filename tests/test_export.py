@@ -21,7 +21,8 @@ from tests_support import missing
 
 from pytest_specdec.cli import main as cli_main
 from pytest_specdec.core.results import ConfigRecord, RunRecord, atomic_write_json, load_results
-from pytest_specdec.gpu.telemetry import RunTelemetry, Sample, summarize_device
+from pytest_specdec.gpu.readings import Sample
+from pytest_specdec.gpu.telemetry import RunTelemetry, summarize_device
 from pytest_specdec.report.charts import (
     ChartsUnavailable,
     check_available,

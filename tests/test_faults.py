@@ -33,7 +33,7 @@ from fake_nvml import FakeNvml
 from fault_server import FaultServer, accepts_connections, cmdline, engine_pids, parent_pid
 
 import pytest_specdec.gpu.nvml as gpu_module
-import pytest_specdec.session.runner as runner_module
+import pytest_specdec.session.boot as boot_module
 from pytest_specdec.core.configs import Registry, preset_configs
 from pytest_specdec.core.results import ResultsError, load_results, merge_worker_results
 from pytest_specdec.core.suitefile import load_suite_settings
@@ -160,7 +160,7 @@ def _offer_first(monkeypatch: pytest.MonkeyPatch, port: int) -> list[int]:
         offered.append(free_port(host) if offered else port)
         return offered[-1]
 
-    monkeypatch.setattr(runner_module, "free_port", pick)
+    monkeypatch.setattr(boot_module, "free_port", pick)
     return offered
 
 

@@ -35,13 +35,11 @@ from pytest_specdec.gpu.nvml import (
     probe,
     xdist_worker_index,
 )
+from pytest_specdec.gpu.readings import REASON_NAMES, Sample, decode_reasons
 from pytest_specdec.gpu.telemetry import (
-    REASON_NAMES,
     RunTelemetry,
-    Sample,
     TelemetrySampler,
     TelemetryWindow,
-    decode_reasons,
     summarize_device,
 )
 
@@ -497,7 +495,8 @@ def test_nvml_is_initialised_once_and_shut_down(loaders: list[NvmlLoader]) -> No
 
 def test_unchanged_energy_counter_falls_back_to_integrated_power() -> None:
     """A short run can see no counter update while the GPU draws 150 W: never report 0 J."""
-    from pytest_specdec.gpu.telemetry import Sample, summarize_device
+    from pytest_specdec.gpu.readings import Sample
+    from pytest_specdec.gpu.telemetry import summarize_device
 
     samples = [Sample(t_ns=k * 100_000_000, power_w=150.0, energy_mj=5_000) for k in range(5)]
     dev = summarize_device(0, samples, start_ns=0, output_tokens=100)

@@ -26,7 +26,7 @@ from pytest_specdec.verdict.history import (
     nights,
     noise_sd,
 )
-from pytest_specdec.verdict.judge import update_baseline
+from pytest_specdec.verdict.sessions import update_baseline
 
 PROMPTS = ("code", "prose")
 

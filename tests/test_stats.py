@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from pytest_specdec.verdict.planning import mde, runs_needed
 from pytest_specdec.verdict.stats import (
     Outcome,
     SessionSummary,
@@ -22,15 +23,10 @@ from pytest_specdec.verdict.stats import (
     decision_delta,
     geometric_mean,
     holm,
-    mde,
-    runs_needed,
-    suite_history,
-    suite_score,
-    suite_session,
-    suite_values,
     tost,
     welch_log,
 )
+from pytest_specdec.verdict.suite import suite_history, suite_score, suite_session, suite_values
 
 POLICY = VerdictPolicy()
 

@@ -15,10 +15,10 @@ from pytest_specdec.cli.results import ERRORS as RESULT_ERRORS
 from pytest_specdec.cli.results import add_commands
 from pytest_specdec.core.configs import ConfigError, Registry, load_registry
 from pytest_specdec.core.suitefile import SuiteSettings, load_suite_settings
+from pytest_specdec.core.values import engine_name
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.engines.base import BootContext
 from pytest_specdec.engines.lint import LintUnavailable
-from pytest_specdec.options import engine_name
 
 DEFAULT_SUITE = Path("suites/specdec.toml")
 

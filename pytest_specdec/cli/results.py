@@ -14,14 +14,10 @@ from pytest_specdec.report.charts import ChartInputError, ChartsUnavailable
 from pytest_specdec.report.merge import MergeError
 from pytest_specdec.report.table import render_table
 from pytest_specdec.verdict.baselines import BaselineError, load_baseline
+from pytest_specdec.verdict.gate import adjust, failures, not_gating
 from pytest_specdec.verdict.history import HistoryUnavailable
-from pytest_specdec.verdict.judge import (
-    adjust,
-    failures,
-    judge_reference,
-    not_gating,
-    update_baseline,
-)
+from pytest_specdec.verdict.judge import judge_reference
+from pytest_specdec.verdict.sessions import update_baseline
 from pytest_specdec.verdict.stats import VerdictPolicy
 
 
@@ -106,8 +102,8 @@ def report_merge(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from pytest_specdec.report.charts import results_chart, trend_chart
     from pytest_specdec.report import export
+    from pytest_specdec.report.charts import results_chart, trend_chart
 
     if args.kind == "merge":
         return report_merge(args)

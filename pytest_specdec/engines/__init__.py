@@ -1,4 +1,10 @@
-"""Engine adapters, one module each, behind the ``Engine`` Protocol of ``engines.base``."""
+"""The engines: one adapter module each (llamacpp, sglang, vllm, openai) behind the ``Engine``
+Protocol of ``base``, how an engine process is started and stopped (``launch``, or a
+container: ``container``) and the flag linter (``lint``).
+
+May import :mod:`pytest_specdec.core` and :mod:`pytest_specdec.measure` (the HTTP client);
+knows nothing of the GPU layer, verdicts, reports or sessions.
+"""
 
 from __future__ import annotations
 

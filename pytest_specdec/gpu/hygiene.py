@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_specdec.gpu.nvml import LOCKED_SM_CLOCKS, as_text, load_nvml, nvml_error
-from pytest_specdec.gpu.telemetry import THERMAL_BITS, DeviceReader, RunTelemetry, reason_name
+from pytest_specdec.gpu.readings import THERMAL_BITS, DeviceReader, reason_name
+from pytest_specdec.gpu.telemetry import RunTelemetry
 
 SW_POWER_CAP = 0x4
 DEFAULT_INVALIDATING_BITS = 0x8 | 0x20 | 0x40 | 0x80

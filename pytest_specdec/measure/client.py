@@ -151,8 +151,8 @@ async def stream_sse(
 
     ``has_content`` tells whether an event carries generated text; the first such event
     defines TTFT. The body is read in whatever pieces the transport yields (with
-    :class:`~pytest_specdec.measure.http1.Http1Transport`, one per socket read) and split into events
-    here, without httpx's text and line layers.
+    :class:`~pytest_specdec.measure.http1.Http1Transport`, one per socket read) and split into
+    events here, without httpx's text and line layers.
     """
     out = StreamOutcome(start_ns=time.perf_counter_ns())
     timeout = client.timeout.read

@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_specdec.core.results import ConfigRecord, RunRecord
 from pytest_specdec.gpu.hygiene import DEFAULT_INVALIDATING_BITS
-from pytest_specdec.gpu.telemetry import decode_reasons
+from pytest_specdec.gpu.readings import decode_reasons
 from pytest_specdec.measure.roofline import describe as roofline_cell
 from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
 

@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_specdec.core.results import ConfigRecord
+from pytest_specdec.measure.levels import LevelResult
+from pytest_specdec.measure.levels import table as sweep_table
 from pytest_specdec.measure.roofline import describe as roofline_cell
 from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
-from pytest_specdec.session.sweep import LevelResult
-from pytest_specdec.session.sweep import table as sweep_table
 from pytest_specdec.verdict.judge import Judgement
 
 

@@ -1,26 +1,24 @@
 """The lossless reference: each target booted once without speculation, its greedy outputs
-kept, and every config's greedy output compared with them (see lossless.py for the policy)."""
+kept, and every config's greedy output compared with them (the policy: measure/lossless.py)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING
 
 from pytest_specdec.core.configs import SpecConfig
 from pytest_specdec.core.results import ConfigRecord
+from pytest_specdec.core.workloads import Prompt
 from pytest_specdec.engines.launch import LaunchError
 from pytest_specdec.measure.lossless import LosslessResult, compare
-
-if TYPE_CHECKING:
-    from pytest_specdec.core.workloads import Prompt
-    from pytest_specdec.session.runner import Runner, Server
+from pytest_specdec.session.boot import Server
+from pytest_specdec.session.steps import Steps
 
 
-def _reference_key(runner: Runner, cfg: SpecConfig) -> tuple[str, str]:
-    return cfg.engine, runner._models_for(cfg)[0]
+def _reference_key(runner: Steps, cfg: SpecConfig) -> tuple[str, str]:
+    return cfg.engine, runner.models_for(cfg)[0]
 
 
-def ensure_references(runner: Runner) -> None:
+def ensure_references(runner: Steps) -> None:
     """Boot each target once without speculation and keep its greedy output per prompt.
 
     Done before the first config boots, so two servers never share the accelerator."""
@@ -37,8 +35,8 @@ def ensure_references(runner: Runner) -> None:
         )  # fmt: skip
         record = ConfigRecord(ref.name, ref.engine, ref.to_dict())
         runner.reference_records.append(record)
-        engine = runner._engine_for(ref)
-        server = runner._launch(ref, engine, record)
+        engine = runner.engine_for(ref)
+        server = runner.launch(ref, engine, record)
         try:
             outputs = {}
             for prompt in runner.workload.prompts:
@@ -50,7 +48,7 @@ def ensure_references(runner: Runner) -> None:
             runner.stop(server)
 
 
-def lossless(runner: Runner, server: Server, prompt: Prompt) -> LosslessResult:
+def lossless(runner: Steps, server: Server, prompt: Prompt) -> LosslessResult:
     """Greedy output of ``server`` against the reference, first divergence located."""
     key = _reference_key(runner, server.config)
     if key not in runner.references:

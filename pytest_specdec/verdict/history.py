@@ -38,7 +38,7 @@ from pytest_specdec.verdict.baselines import (
     key_mismatch,
     load_baseline,
 )
-from pytest_specdec.verdict.judge import session_entries
+from pytest_specdec.verdict.sessions import session_entries
 
 DASH = "\u2013"
 

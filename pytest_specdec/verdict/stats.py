@@ -3,21 +3,26 @@
 Everything here works on ln(tok/s). Ratios are ratios of geometric means and come
 with a confidence interval. The replication unit is one server session; see
 ``docs/statistics.md`` for the rules, the defaults and how they were calibrated.
-Pure functions: no I/O, nothing from pytest or the rest of the package.
+Pure functions: no I/O, nothing from pytest or another layer.
 """
 
 from __future__ import annotations
 
 import enum
-import functools
-import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from statistics import fmean
 
-import numpy as np
-from scipy import special
+from pytest_specdec.verdict.numbers import (
+    check_range,
+    drop_fraction,
+    log_values,
+    mean_sd,
+    smallest_n,
+    t_cdf,
+    t_ppf,
+)
 
 _TINY = 1e-12  # a log-space spread below this counts as zero
 _MAX_DELTA = 0.99  # δ is capped so that ln(1 - δ) stays finite
@@ -31,40 +36,6 @@ class Outcome(str, enum.Enum):
     INCONCLUSIVE = "INCONCLUSIVE"
 
 
-def _t_cdf(x: float, df: float) -> float:
-    return float(special.stdtr(df, x))
-
-
-@functools.lru_cache(maxsize=4096)
-def _t_ppf(q: float, df: float) -> float:
-    return float(special.stdtrit(df, q))
-
-
-def _logs(values: Sequence[float], name: str) -> list[float]:
-    if len(values) == 0:
-        raise ValueError(f"{name} is empty: need at least one tok/s value")
-    out = []
-    for i, v in enumerate(values):
-        x = float(v)
-        if not (math.isfinite(x) and x > 0):
-            raise ValueError(f"{name}[{i}] = {v!r} is not a tok/s value: must be finite and > 0")
-        out.append(math.log(x))
-    return out
-
-
-def _mean_sd(xs: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample sd (0.0 for one value or identical values)."""
-    if max(xs) == min(xs):
-        return float(xs[0]), 0.0
-    m = math.fsum(xs) / len(xs)
-    return m, math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-
-
-def _check(name: str, value: object, ok: bool, valid: str) -> None:
-    if not ok:
-        raise ValueError(f"{name} = {value!r} is out of range: must be {valid}")
-
-
 @dataclass(frozen=True)
 class SessionSummary:
     """One server session of one (config, prompt): the replication unit."""
@@ -74,10 +45,12 @@ class SessionSummary:
     sd_log: float
 
     def __post_init__(self) -> None:
-        _check("SessionSummary.n", self.n, self.n >= 1, "an integer >= 1")
-        _check("SessionSummary.mean_log", self.mean_log, math.isfinite(self.mean_log), "finite")
+        check_range("SessionSummary.n", self.n, self.n >= 1, "an integer >= 1")
+        check_range(
+            "SessionSummary.mean_log", self.mean_log, math.isfinite(self.mean_log), "finite"
+        )
         ok = math.isfinite(self.sd_log) and self.sd_log >= 0
-        _check("SessionSummary.sd_log", self.sd_log, ok, "finite and >= 0")
+        check_range("SessionSummary.sd_log", self.sd_log, ok, "finite and >= 0")
 
     @classmethod
     def from_values(cls, toks_per_s: Sequence[float]) -> SessionSummary:
@@ -102,13 +75,13 @@ class VerdictPolicy:
     def __post_init__(self) -> None:
         a, d, c, p, k, ci = (self.alpha, self.min_delta, self.cv_multiplier, self.power,
                              self.min_history, self.ci_level)  # fmt: skip
-        _check("VerdictPolicy.alpha", a, 0 < a < 0.5, "in (0, 0.5)")
-        _check("VerdictPolicy.min_delta", d, 0 <= d < _MAX_DELTA, f"in [0, {_MAX_DELTA})")
-        _check("VerdictPolicy.cv_multiplier", c, 0 <= c < math.inf, "finite and >= 0")
-        _check("VerdictPolicy.power", p, 0 < p < 1, "in (0, 1)")
+        check_range("VerdictPolicy.alpha", a, 0 < a < 0.5, "in (0, 0.5)")
+        check_range("VerdictPolicy.min_delta", d, 0 <= d < _MAX_DELTA, f"in [0, {_MAX_DELTA})")
+        check_range("VerdictPolicy.cv_multiplier", c, 0 <= c < math.inf, "finite and >= 0")
+        check_range("VerdictPolicy.power", p, 0 < p < 1, "in (0, 1)")
         ok_k = isinstance(k, int) and not isinstance(k, bool) and k >= 2
-        _check("VerdictPolicy.min_history", k, ok_k, "an integer >= 2")
-        _check("VerdictPolicy.ci_level", ci, 0 < ci < 1, "in (0, 1)")
+        check_range("VerdictPolicy.min_history", k, ok_k, "an integer >= 2")
+        check_range("VerdictPolicy.ci_level", ci, 0 < ci < 1, "in (0, 1)")
 
 
 DEFAULT_POLICY = VerdictPolicy()
@@ -157,7 +130,7 @@ class Verdict:
 
 
 def geometric_mean(values: Sequence[float]) -> float:
-    return math.exp(fmean(_logs(values, "values")))
+    return math.exp(fmean(log_values(values, "values")))
 
 
 def between_session_cv(history: Sequence[SessionSummary]) -> float | None:
@@ -167,7 +140,7 @@ def between_session_cv(history: Sequence[SessionSummary]) -> float | None:
     (mean of sd²/n), floored at zero."""
     if len(history) < 2:
         return None
-    _, s = _mean_sd([h.mean_log for h in history])
+    _, s = mean_sd([h.mean_log for h in history])
     within = fmean(h.sd_log**2 / h.n for h in history)
     return math.sqrt(max(0.0, s**2 - within))
 
@@ -177,50 +150,6 @@ def decision_delta(policy: VerdictPolicy, between_cv: float | None) -> float:
     if between_cv is None:
         return policy.min_delta
     return min(_MAX_DELTA, max(policy.min_delta, policy.cv_multiplier * between_cv))
-
-
-def _drop(x: float) -> float:
-    """Log-space distance → drop fraction."""
-    return -math.expm1(-x)
-
-
-def mde(
-    cv: float, n: int, policy: VerdictPolicy = DEFAULT_POLICY, *, two_sample: bool = True
-) -> float:
-    """Smallest drop (fraction) detected with ``policy.power`` at one-sided ``policy.alpha``:
-    (t(1-alpha) + t(power))·CV·√(2/n), df 2n-2 (one-sample: CV·√(1/n), df n-1). 1.0 when n < 2."""
-    _check("cv", cv, math.isfinite(cv) and cv >= 0, "finite and >= 0")
-    if n < 2:
-        return 1.0
-    df, k = (2 * n - 2, 2.0) if two_sample else (n - 1, 1.0)
-    t_sum = _t_ppf(1 - policy.alpha, df) + _t_ppf(policy.power, df)
-    return _drop(t_sum * cv * math.sqrt(k / n))
-
-
-def _first(pred: Callable[[int], bool], lo: int, cap: int) -> int | None:
-    """Smallest n in [lo, cap] with pred(n), pred monotone; None if none."""
-    hi = lo
-    while not pred(hi):
-        if hi >= cap:
-            return None
-        lo, hi = hi + 1, min(cap, hi * 2)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if pred(mid) else (mid + 1, hi)
-    return hi
-
-
-def runs_needed(
-    cv: float, delta: float, policy: VerdictPolicy = DEFAULT_POLICY, *,
-    two_sample: bool = True, current: int = 0, cap: int = 100_000,
-) -> int:  # fmt: skip
-    """Further runs (per side when two-sample) that bring the MDE to δ or below."""
-    _check("delta", delta, 0 < delta < 1, "in (0, 1)")
-    _check("cv", cv, math.isfinite(cv) and cv >= 0, "finite and >= 0")
-    total = _first(lambda n: mde(cv, n, policy, two_sample=two_sample) <= delta, 2, cap)
-    if total is None:
-        raise ValueError(f"runs_needed: more than {cap} runs needed for δ {delta} at CV {cv}")
-    return max(0, total - current)
 
 
 def _se_factor(method: str, n_new: int, n_ref: int, k: int) -> float:
@@ -234,19 +163,19 @@ def _resolved(v: Verdict, k: int, policy: VerdictPolicy) -> bool:
     """Would k more runs/sessions (same estimate, same noise) give MDE ≤ δ and a decision?"""
     se = v.se_log * _se_factor(v.method, v.n_new, v.n_ref, k)
     df = v.df + {"welch": 2 * k, "welch-provisional": k}.get(v.method, 0)
-    t_a = _t_ppf(1 - policy.alpha, df)
+    t_a = t_ppf(1 - policy.alpha, df)
     lr, lo, hi = math.log(v.ratio), math.log1p(-v.delta), math.log1p(v.delta)
-    if (t_a + _t_ppf(policy.power, df)) * se > -lo:
+    if (t_a + t_ppf(policy.power, df)) * se > -lo:
         return False
     if lo < lr < hi:
-        half = _t_ppf((1 + policy.ci_level) / 2, df) * se
+        half = t_ppf((1 + policy.ci_level) / 2, df) * se
         return lo < lr - half and lr + half < hi
     return t_a * se < abs(lr)
 
 
 def _further(v: Verdict, policy: VerdictPolicy) -> int | None:
     cap = 100 if v.method == "prediction-interval" else 1000
-    return _first(lambda k: _resolved(v, k, policy), 1, cap)
+    return smallest_n(lambda k: _resolved(v, k, policy), 1, cap)
 
 
 @dataclass(frozen=True)
@@ -262,10 +191,10 @@ def tost(
 ) -> TostResult:
     """Two one-sided t tests of equivalence with bounds ratio in (1 - δ, 1 + δ),
     i.e. ln(1 - δ) .. ln(1 + δ) in log space; each side at level (1 - ci_level)/2."""
-    _check("se", se, math.isfinite(se) and se > 0, "finite and > 0")
-    _check("delta", delta, 0 < delta < 1, "in (0, 1)")
-    p_lower = _t_cdf(-(log_ratio - math.log1p(-delta)) / se, df)
-    p_upper = _t_cdf((log_ratio - math.log1p(delta)) / se, df)
+    check_range("se", se, math.isfinite(se) and se > 0, "finite and > 0")
+    check_range("delta", delta, 0 < delta < 1, "in (0, 1)")
+    p_lower = t_cdf(-(log_ratio - math.log1p(-delta)) / se, df)
+    p_upper = t_cdf((log_ratio - math.log1p(delta)) / se, df)
     p = max(p_lower, p_upper)
     return TostResult(p_lower, p_upper, p, p < (1 - ci_level) / 2)
 
@@ -320,11 +249,11 @@ def _build(
 ) -> Verdict:  # fmt: skip
     """A verdict from ln(ratio), its standard error and df; ``issue`` when no test is possible."""
     if issue is None:
-        half = _t_ppf((1 + policy.ci_level) / 2, df) * se
-        x_mde = (_t_ppf(1 - policy.alpha, df) + _t_ppf(policy.power, df)) * se
+        half = t_ppf((1 + policy.ci_level) / 2, df) * se
+        x_mde = (t_ppf(1 - policy.alpha, df) + t_ppf(policy.power, df)) * se
         lo, hi = _exp(lr - half), _exp(lr + half)
-        p_r, p_i = _t_cdf(lr / se, df), _t_cdf(-lr / se, df)
-        mde_x = _drop(x_mde)
+        p_r, p_i = t_cdf(lr / se, df), t_cdf(-lr / se, df)
+        mde_x = drop_fraction(x_mde)
     else:  # unbounded CI, no evidence either way
         lo, hi, p_r, p_i, mde_x, se, df = 0.0, math.inf, 1.0, 1.0, 1.0, math.inf, 0.0
     v = Verdict(
@@ -347,8 +276,8 @@ def _settle(
 
 
 def _summary(values: Sequence[float], name: str) -> SessionSummary:
-    logs = _logs(values, name)
-    return SessionSummary(len(logs), *_mean_sd(logs))
+    logs = log_values(values, name)
+    return SessionSummary(len(logs), *mean_sd(logs))
 
 
 def _pool(sessions: Sequence[SessionSummary]) -> SessionSummary:
@@ -410,7 +339,7 @@ def against_history_sessions(
     if len(history) < policy.min_history:
         return _welch(_pool(new), _pool(history), between, True, policy)
     k, m = len(history), len(new)
-    mean_ref, s = _mean_sd([h.mean_log for h in history])
+    mean_ref, s = mean_sd([h.mean_log for h in history])
     lr = fmean(x.mean_log for x in new) - mean_ref
     issue = None if s > _TINY else f"the {k} past session means are identical: spread unknown"
     se, delta = s * math.sqrt(1 / m + 1 / k), decision_delta(policy, between)
@@ -420,7 +349,7 @@ def against_history_sessions(
 def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm step-down adjusted p-values (monotone, capped at 1), in input order."""
     for i, p in enumerate(pvalues):
-        _check(f"pvalues[{i}]", p, 0 <= p <= 1, "in [0, 1]")
+        check_range(f"pvalues[{i}]", p, 0 <= p <= 1, "in [0, 1]")
     m = len(pvalues)
     out = [0.0] * m
     running = 0.0
@@ -445,117 +374,3 @@ def adjust_verdicts(
         else:
             out.append(_settle(v, p_r, p_i, p_adj, policy))
     return out
-
-
-@dataclass(frozen=True)
-class SequentialPlan:
-    """Look after each count in ``looks`` (runs per side for "welch", new sessions for
-    "history") and judge every look at ``alpha_look``. Stop at the first decided verdict,
-    at the last look, or (futility) once p_regress >= ``futility``: no sign of a drop."""
-
-    looks: tuple[int, ...]
-    kind: str
-    alpha: float  # overall one-sided false-alarm rate the plan keeps
-    alpha_look: float  # nominal one-sided alpha applied at each look
-    futility: float | None = 0.5
-
-    def policy(self, base: VerdictPolicy = DEFAULT_POLICY) -> VerdictPolicy:
-        return replace(base, alpha=self.alpha_look)
-
-    def stop(self, verdict: Verdict) -> bool:
-        fine = self.futility is not None and verdict.p_regress >= self.futility
-        decided = verdict.outcome is not Outcome.INCONCLUSIVE
-        return decided or fine or verdict.n_new >= self.looks[-1]
-
-
-def sequential_plan(
-    policy: VerdictPolicy = DEFAULT_POLICY, looks: Sequence[int] = (3, 6), *,
-    kind: str = "welch", k: int = 10, trials: int = 200_000, seed: int = 0,
-) -> SequentialPlan:  # fmt: skip
-    """Pocock-style plan: one nominal alpha at every look, found by simulating the t statistics
-    under no change so that P(p < alpha_look at any look) = policy.alpha. ``k``: history
-    sessions (kind "history"). Deterministic for a given seed."""
-    lk = tuple(looks)
-    ok = kind in ("welch", "history")
-    _check("kind", kind, ok, '"welch" or "history"')
-    low = 2 if kind == "welch" else 1
-    good = len(lk) >= 1 and lk[0] >= low and all(a < b for a, b in itertools.pairwise(lk))
-    _check("looks", lk, good, f"increasing counts >= {low}")
-    _check("k", k, kind == "welch" or k >= 2, "an integer >= 2")
-    return SequentialPlan(
-        lk, kind, policy.alpha, _alpha_look(kind, lk, k, policy.alpha, trials, seed)
-    )
-
-
-@functools.lru_cache(maxsize=64)
-def _alpha_look(
-    kind: str, looks: tuple[int, ...], k: int, alpha: float, trials: int, seed: int
-) -> float:
-    """The alpha-quantile of the smallest one-sided p over the looks, simulated with no change."""
-    rng, n = np.random.default_rng(seed), looks[-1]
-    ps = []
-    if kind == "welch":
-        a, b = rng.standard_normal((trials, n)), rng.standard_normal((trials, n))
-        for m in looks:
-            va, vb = a[:, :m].var(1, ddof=1) / m, b[:, :m].var(1, ddof=1) / m
-            df = (va + vb) ** 2 / ((va**2 + vb**2) / (m - 1))
-            ps.append(special.stdtr(df, (a[:, :m].mean(1) - b[:, :m].mean(1)) / np.sqrt(va + vb)))
-    else:
-        hist, new = rng.standard_normal((trials, k)), rng.standard_normal((trials, n))
-        mean, s = hist.mean(1), hist.std(1, ddof=1)
-        for m in looks:
-            t = (new[:, :m].mean(1) - mean) / (s * math.sqrt(1 / m + 1 / k))
-            ps.append(special.stdtr(k - 1, t))
-    return float(np.quantile(np.min(ps, axis=0), alpha))
-
-
-def suite_values(per_prompt_runs: Mapping[str, Sequence[float]]) -> list[float]:
-    """Per-run suite scores: run i's geometric mean over prompts (every prompt needs n runs)."""
-    if not per_prompt_runs:
-        raise ValueError("suite_values: no prompts given")
-    counts = {p: len(v) for p, v in per_prompt_runs.items()}
-    if len(set(counts.values())) != 1:
-        raise ValueError(f"suite_values: every prompt needs the same number of runs, got {counts}")
-    logs = [_logs(v, f"runs[{p!r}]") for p, v in per_prompt_runs.items()]
-    return [math.exp(fmean(column)) for column in zip(*logs, strict=True)]
-
-
-def suite_session(per_prompt: Mapping[str, SessionSummary]) -> SessionSummary:
-    """One session's suite summary from its per-prompt summaries. The mean is exact; the
-    sd assumes prompts vary independently within a run. With raw runs at hand,
-    ``SessionSummary.from_values(suite_values(runs))`` is exact."""
-    if not per_prompt:
-        raise ValueError("suite_session: no prompts given")
-    sums = list(per_prompt.values())
-    sd = math.sqrt(math.fsum(s.sd_log**2 for s in sums)) / len(sums)
-    return SessionSummary(min(s.n for s in sums), fmean(s.mean_log for s in sums), sd)
-
-
-def suite_history(per_prompt: Mapping[str, Sequence[SessionSummary]]) -> list[SessionSummary]:
-    """Suite summaries of past sessions; session i of every prompt belongs together."""
-    counts = {p: len(v) for p, v in per_prompt.items()}
-    if not counts or len(set(counts.values())) != 1:
-        raise ValueError(f"suite_history: every prompt needs the same sessions, got {counts}")
-    keys = list(per_prompt)
-    return [
-        suite_session(dict(zip(keys, row, strict=True)))
-        for row in zip(*per_prompt.values(), strict=True)
-    ]
-
-
-def suite_score(
-    per_prompt_new: Mapping[str, Sequence[float]], per_prompt_ref: Mapping[str, Sequence[float]]
-) -> float:
-    """Geometric mean over prompts of the per-prompt ratios of geometric means."""
-    if not per_prompt_ref or set(per_prompt_new) != set(per_prompt_ref):
-        only_new = sorted(set(per_prompt_new) - set(per_prompt_ref))
-        only_ref = sorted(set(per_prompt_ref) - set(per_prompt_new))
-        raise ValueError(
-            f"suite_score: prompts differ or none given: only in new {only_new}, "
-            f"only in reference {only_ref}"
-        )
-    logs = [
-        fmean(_logs(per_prompt_new[p], f"new[{p!r}]")) - fmean(_logs(v, f"ref[{p!r}]"))
-        for p, v in per_prompt_ref.items()
-    ]
-    return math.exp(fmean(logs))

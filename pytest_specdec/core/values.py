@@ -1,0 +1,91 @@
+"""Value parsers shared by the pytest options, the ``specdec`` CLI and the bench scripts.
+
+Each parser validates where the value is parsed and raises ``argparse.ArgumentTypeError``
+naming the value and the fix (pytest and argparse turn it into a usage error naming the flag).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+from urllib.parse import urlparse
+
+ENGINE_CHOICES = ("llamacpp", "sglang", "vllm", "openai")
+
+
+def _parse_number(value: str, kind: type[int] | type[float], low: float, strict: bool) -> Any:
+    """``value`` as ``kind``, at least ``low`` (above it when ``strict``), else a clear error."""
+    try:
+        number = kind(value)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{value!r} is not {what}; give e.g. 5") from None
+    if number < low or (strict and number == low):
+        bound = f"greater than {low:g}" if strict else f"at least {low:g}"
+        raise argparse.ArgumentTypeError(f"{value!r} must be {bound}")
+    return number
+
+
+def positive_int(value: str) -> int:
+    return int(_parse_number(value, int, 1, strict=False))
+
+
+def non_negative_int(value: str) -> int:
+    return int(_parse_number(value, int, 0, strict=False))
+
+
+def positive_float(value: str) -> float:
+    return float(_parse_number(value, float, 0.0, strict=True))
+
+
+def engine_name(value: str) -> str:
+    if value not in ENGINE_CHOICES:
+        raise argparse.ArgumentTypeError(
+            f"unknown engine {value!r}; choose one of {', '.join(ENGINE_CHOICES)}"
+        )
+    return value
+
+
+def server_url(value: str) -> str:
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an http(s) URL; give e.g. http://127.0.0.1:30000"
+        )
+    return value.rstrip("/")
+
+
+def int_list(value: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a comma list of whole numbers"
+        ) from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give client counts >= 1, e.g. 1,4,16")
+    return levels
+
+
+def probability(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number; give e.g. 0.05") from None
+    if not 0 < number < 0.5:
+        raise argparse.ArgumentTypeError(f"{value!r} must be between 0 and 0.5 (exclusive)")
+    return number
+
+
+FAIL_ON_CHOICES = ("regressed", "inconclusive", "improved", "unchanged", "drift")
+
+
+def fail_on(value: str) -> tuple[str, ...]:
+    parts = tuple(p.strip().lower() for p in value.split(",") if p.strip())
+    bad = [p for p in parts if p not in FAIL_ON_CHOICES]
+    if bad or not parts:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: unknown outcome(s) {', '.join(bad) or '(none)'}; "
+            f"choose from {', '.join(FAIL_ON_CHOICES)}, e.g. regressed,inconclusive"
+        )
+    return parts

@@ -1,0 +1,120 @@
+"""The end of a pytest session: verdicts across configs, drift, baseline updates, reports
+(Markdown, step summary, pytest-benchmark JSON, chart) and the terminal summary lines."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.core.results import ConfigRecord, atomic_write_json, merge_worker_results
+from pytest_specdec.measure.roofline import annotate
+from pytest_specdec.report.table import terminal_summary, verdict_lines
+from pytest_specdec.state import STASH_KEY
+from pytest_specdec.verdict.baselines import BaselineError
+from pytest_specdec.verdict.gate import failures, indistinguishable, not_gating
+from pytest_specdec.verdict.history import HistoryUnavailable
+
+
+def is_xdist_controller(config: pytest.Config) -> bool:
+    return config.pluginmanager.getplugin("dsession") is not None
+
+
+def finish_session(session: pytest.Session) -> None:
+    """At session end: merge the xdist workers' results (controller), or judge every
+    config with Holm across them, list drift, update baselines if asked, write the reports
+    and set the exit status when a verdict fails the run."""
+    state = session.config.stash.get(STASH_KEY, None)
+    if state is not None and is_xdist_controller(session.config):
+        state.merged = merge_worker_results(state.results_path, state.started)
+        if state.merged is not None:  # runs of a config may come from several workers
+            atomic_write_json(state.results_path, annotate(state.merged))
+            state.summary_lines += write_reports(session.config, state.merged)
+        return
+    if state is None or not state.used:
+        return
+    runner = state.runner
+    try:  # judged against the history as it was, before this session is added to it
+        judgements = runner.judge_all()
+    except BaselineError as exc:
+        state.summary_lines.append(f"verdicts: ERROR {exc}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return
+    runner.verdicts = judgements
+    try:
+        runner.drifts()
+    except HistoryUnavailable as exc:
+        state.summary_lines.append(f"drift: not checked: {exc}")
+    runner.write_results()
+    state.summary_lines += verdict_lines(judgements)
+    state.summary_lines += [f"{d['config']}: {d['message']}" for d in runner.drift]
+    state.summary_lines += [f"diagnosis: {line}" for line in indistinguishable(runner.document())]
+    if runner.options.update_baselines:
+        state.summary_lines += ["baseline update:", *runner.update_baselines()]
+    if state.worker_id is None:  # reports come from the process that sees every config
+        state.summary_lines += write_reports(session.config, runner.document())
+    found = failures(judgements, runner.options.fail_on, runner.options.provisional_gates)
+    if "drift" in runner.options.fail_on:  # opt-in: --specdec-fail-on regressed,drift
+        found += [f"{d['config']}: {d['message']}" for d in runner.drift]
+    if not runner.options.provisional_gates:
+        state.summary_lines += not_gating(judgements, runner.options.fail_on)
+    if found and session.exitstatus == pytest.ExitCode.OK:
+        state.summary_lines += ["FAILED after Holm across configs:", *found]
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def write_reports(config: pytest.Config, doc: dict[str, Any]) -> list[str]:
+    """Markdown (file and GitHub step summary), pytest-benchmark JSON, chart: as asked."""
+    from pytest_specdec.report import export
+
+    lines = []
+    markdown: Path | None = config.getoption("--specdec-markdown")
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(export.markdown_summary(doc) + "\n", encoding="utf-8")
+        lines.append(f"markdown report: {markdown}")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        lines.append(f"step summary: {export.write_step_summary(doc)}")
+    bench: Path | None = config.getoption("--specdec-benchmark-json")
+    if bench is not None:
+        atomic_write_json(bench, export.benchmark_json(doc))
+        lines.append(f"pytest-benchmark JSON: {bench}")
+    chart: Path | None = config.getoption("--specdec-chart")
+    if chart is not None:
+        from pytest_specdec.report.charts import results_chart
+
+        lines.append(f"chart: {results_chart(doc, chart)}")
+    return lines
+
+
+def summary_lines(config: pytest.Config) -> list[str]:
+    """The terminal summary: the tok/s table, notes, verdicts, lossless lines."""
+    state = config.stash.get(STASH_KEY, None)
+    if state is None:
+        return []
+    if state.merged is not None:  # xdist controller: the workers' merged results
+        doc = state.merged
+        records = {c["name"]: ConfigRecord.from_dict(c) for c in doc["configs"]}
+        prompts = list(doc["workload"]["prompts"])
+        extra = [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
+        lines = terminal_summary(records, prompts, str(state.results_path), rooflines(doc))
+        lines += extra
+    elif state.used:
+        runner = state.runner
+        prompts = [p.id for p in runner.workload.prompts]
+        path = str(runner.options.results_path) if runner.options.results_path else None
+        lines = terminal_summary(runner.records, prompts, path, rooflines(runner.document()))
+        lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
+        if state.lossless_lines:
+            lines += ["lossless (greedy output vs the target without speculation):"]
+            lines += state.lossless_lines
+    else:
+        return []
+    return lines
+
+
+def rooflines(doc: dict[str, Any]) -> dict[str, Any]:
+    """The roofline entry of each config, as the results document carries it (annotated)."""
+    return {c["name"]: c.get("roofline") for c in doc["configs"]}

@@ -1,0 +1,285 @@
+"""Booting: the server a config is measured on, started here (a subprocess or a container)
+or attached to (``--specdec-server-url``), ready when its real readiness endpoint says so.
+
+A boot that fails raises :class:`LaunchError` or :class:`ConfigError` with the engine's log
+tail and, for engines with a flag linter, what the installed engine does not accept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import httpx
+
+from pytest_specdec.core.configs import ConfigError, Registry, SpecConfig
+from pytest_specdec.core.modelfile import model_identity
+from pytest_specdec.core.results import ConfigRecord
+from pytest_specdec.core.suitefile import SuiteSettings
+from pytest_specdec.engines import Engine, make_engine
+from pytest_specdec.engines.base import BootContext, LaunchSpec, redact
+from pytest_specdec.engines.launch import (
+    LaunchError,
+    ServerProcess,
+    free_port,
+    start_process,
+    wait_ready,
+)
+from pytest_specdec.engines.lint import LintUnavailable
+from pytest_specdec.gpu.session import GpuSession
+from pytest_specdec.gpu.telemetry import RunTelemetry
+from pytest_specdec.measure.client import ClientSettings, LoopThread
+from pytest_specdec.session.options import RunOptions
+
+PORT_RETRIES = 3
+PROBE_S = 5.0  # one readiness probe at most
+SETTLE_S = 0.5  # an engine that failed to bind exits within this; then its port is not ours
+# The engine's executable inside its image (the first argv element is replaced by it).
+DOCKER_BINARIES = {"llamacpp": "llama-server", "sglang": "python3", "vllm": "vllm"}
+
+
+@dataclass
+class Server:
+    """A server measured for one config: booted here, or external (``process`` is None)."""
+
+    config: SpecConfig
+    engine: Engine
+    base_url: str
+    client: httpx.AsyncClient
+    record: ConfigRecord
+    model_name: str | None = None
+    process: ServerProcess | None = None
+    warmed: bool = False
+    session: int = 1
+    telemetry: list[RunTelemetry] = field(default_factory=list)
+
+
+def resolve_configs(
+    names: Iterable[str], engine: str, registry: Registry, external: bool
+) -> list[SpecConfig]:
+    """Registry lookup; with an external server any name is accepted as a label."""
+    out: list[SpecConfig] = []
+    for name in names:
+        try:
+            out.append(registry.resolve(name, engine if engine != "openai" else "llamacpp"))
+        except ConfigError:
+            if not external:
+                raise
+            out.append(SpecConfig(name=name, engine=engine, source="label (external server)"))
+    return out
+
+
+class Booter:
+    """Starts, attaches to and closes the servers of one run."""
+
+    def __init__(
+        self,
+        options: RunOptions,
+        suite: SuiteSettings,
+        loop: LoopThread,
+        gpu: GpuSession | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.options = options
+        self.suite = suite
+        self.loop = loop
+        self.gpu = gpu
+        self.transport = transport
+        self._secrets: Path | None = None
+
+    def engine_for(self, cfg: SpecConfig) -> Engine:
+        name = self.options.engine if self.options.server_url else cfg.engine
+        return make_engine(name, self.suite.engine_settings(cfg.engine))
+
+    def models_for(self, cfg: SpecConfig) -> tuple[str, str | None]:
+        """The target and draft model of ``cfg``: options, then the config, then the suite."""
+        models = self.suite.models_for(cfg.engine)
+        target = self.options.model or cfg.model or models.target
+        if not target:
+            raise ConfigError(
+                f"no target model for engine {cfg.engine}: set [models.{cfg.engine}] target in "
+                f"{self.suite.path or 'suites/specdec.toml'} or pass --specdec-model PATH"
+            )
+        draft = None
+        if cfg.draft:
+            draft = (
+                self.options.draft_model
+                or cfg.draft_model
+                or models.draft_for(cfg.draft, cfg.engine)
+            )
+        for role, path in (("target", target), ("draft", draft)):
+            if (
+                path
+                and (path.endswith(".gguf") or path.startswith(("/", ".")))
+                and not Path(path).is_file()
+            ):
+                raise ConfigError(
+                    f"{role} model file {path} does not exist; run ./scripts/setup or fix the path"
+                )
+        return target, draft
+
+    def client(self, base_url: str) -> httpx.AsyncClient:
+        settings = ClientSettings(
+            read_timeout_s=self.options.request_timeout_s, api_key=self.options.api_key
+        )
+        return settings.build(base_url, self.transport)
+
+    def attach(self, cfg: SpecConfig, engine: Engine, record: ConfigRecord) -> Server:
+        """The external server of ``--specdec-server-url``, once it answers ready."""
+        url = str(self.options.server_url).rstrip("/")
+        server = Server(cfg, engine, url, self.client(url), record)
+        record.server_url = url
+        timeout = self.options.startup_timeout_s or 30.0
+        deadline = time.monotonic() + timeout
+        while not self.loop.run(engine.is_ready(server.client)):
+            if time.monotonic() > deadline:
+                path = engine.readiness_path
+                raise LaunchError(f"external server {url} not ready after {timeout:.0f} s ({path})")
+            time.sleep(0.5)
+        record.models = {"target": {"id": self.options.model or "external"}}
+        return server
+
+    def launch(self, cfg: SpecConfig, engine: Engine, record: ConfigRecord) -> Server:
+        """Start ``engine`` with ``cfg`` on a free port and wait until it is ready; the
+        command, environment, models and boot time go on ``record``."""
+        docker = self.options.docker
+        if docker is None:
+            engine.check_installed()
+        target, draft = self.models_for(cfg)
+        record.models = {"target": model_identity(target)}
+        if draft:
+            record.models["draft"] = model_identity(draft)
+        record.engine_version = engine.version() if docker is None else f"image {docker.image}"
+        if self.gpu is not None:
+            waited = self.gpu.before_config()
+            if waited is not None:
+                record.extra.setdefault("cooldown", []).append(waited)
+        record.extra["engine_args"] = list(engine.settings.extra_args)
+        timeout = self.options.startup_timeout_s or engine.settings.startup_timeout_s
+        for attempt in range(PORT_RETRIES):
+            port = free_port(self.options.host)
+            ctx = BootContext(
+                cfg, target, draft, self.options.host, port, self.options.api_key,
+                secret_dir=self.secret_dir() if docker is None else None,
+            )  # fmt: skip
+            spec = engine.build_command(ctx)
+            if self.gpu is not None:  # this worker's GPUs, unless the config pins its own
+                spec.env.update({**self.gpu.engine_env(), **spec.env})
+            record.command, record.env = spec.redacted_argv(), spec.redacted_env()
+            if docker is None:  # what the engine inherits and reads, beside its own variables
+                inherited = engine.inherited_env(os.environ)
+                record.extra["engine_env"] = {
+                    k: v for k, v in inherited.items() if k not in spec.env
+                }
+            if attempt == 0 and self.options.lint and engine.name != "llamacpp":
+                self.lint_or_raise(cfg, engine, spec, record)
+            log_path = self.options.log_dir / f"{cfg.engine}-{cfg.name}-{port}.log"
+            record.log_path = str(log_path)
+            base_url = f"http://{self.options.host}:{port}"
+            server = Server(cfg, engine, base_url, self.client(base_url), record, target)
+            try:
+                server.process = self.start(cfg, spec, port, log_path, (target, draft))
+                record.boot_s = wait_ready(server.process, self.probe(server), timeout)
+                time.sleep(SETTLE_S)
+                code = server.process.exited()
+                if code is not None:  # something else answered on the port: never measure it
+                    raise server.process.failure(
+                        f"engine exited with code {code} although port {port} answered: another "
+                        "server holds that port"
+                    )
+            except LaunchError as exc:
+                self.close_client(server)
+                if attempt + 1 < PORT_RETRIES and port_clash(str(exc)):
+                    continue
+                hint = lint_hint(engine, spec)
+                raise LaunchError(redact(str(exc) + hint, spec.secrets)) from None
+            record.server_url = base_url
+            return server
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def start(
+        self, cfg: SpecConfig, spec: LaunchSpec, port: int, log_path: Path,
+        models: tuple[str, str | None],
+    ) -> ServerProcess:  # fmt: skip
+        """A subprocess, or with --specdec-launcher docker a container of the engine image."""
+        docker = self.options.docker
+        if docker is None:
+            return start_process(spec.argv, spec.env, log_path)
+        from pytest_specdec.engines.container import start_container
+
+        binary = self.options.docker_binary or DOCKER_BINARIES.get(cfg.engine, spec.argv[0])
+        folders = {str(Path(m).parent) for m in models if m and Path(m).is_file()}
+        settings = replace(docker, volumes={**{f: f for f in folders}, **docker.volumes})
+        in_image = LaunchSpec([binary, *spec.argv[1:]], spec.env, spec.secrets)
+        name = f"specdec-{os.getpid()}-{cfg.name}-{port}"
+        return start_container(in_image, settings, self.options.host, port, log_path, name)
+
+    def lint_or_raise(
+        self, cfg: SpecConfig, engine: Engine, spec: LaunchSpec, record: ConfigRecord
+    ) -> None:
+        """Check the flags against the installed engine before a boot that takes minutes."""
+        try:
+            findings = engine.lint(spec)
+        except LintUnavailable as exc:
+            record.extra["lint"] = f"not checked: {exc}"
+            return
+        record.extra["lint"] = [str(f) for f in findings]
+        if findings:
+            listed = "; ".join(str(f) for f in findings)
+            raise ConfigError(
+                f"config {cfg.qualified_name} (interface {cfg.interface}) has flags the installed "
+                f"{engine.name} does not accept: {listed}; fix the config or pass --specdec-no-lint"
+            )
+
+    def probe(self, server: Server) -> Callable[[], bool]:
+        """One readiness probe, bounded: a hung listener on the port must not stall the boot."""
+
+        async def probe() -> bool:
+            try:
+                return await asyncio.wait_for(server.engine.is_ready(server.client), PROBE_S)
+            except asyncio.TimeoutError:
+                return False
+
+        return lambda: self.loop.run(probe())
+
+    def close_client(self, server: Server) -> None:
+        with contextlib.suppress(Exception):  # closing must never mask the real error
+            self.loop.run(server.client.aclose(), timeout=10)
+
+    def secret_dir(self) -> Path | None:
+        """A 0700 folder for files that carry the API key to an engine; removed at close."""
+        if not self.options.api_key:
+            return None
+        if self._secrets is None:
+            self._secrets = Path(tempfile.mkdtemp(prefix="specdec-secrets-"))
+        return self._secrets
+
+    def close(self) -> None:
+        if self._secrets is not None:
+            shutil.rmtree(self._secrets, ignore_errors=True)
+            self._secrets = None
+
+
+def lint_hint(engine: Engine, spec: LaunchSpec) -> str:
+    """The linter's findings as extra lines of a boot failure, or nothing."""
+    try:
+        findings = engine.lint(spec)
+    except LintUnavailable:
+        return ""
+    return "".join(f"\nlint: {f}" for f in findings)
+
+
+def port_clash(message: str) -> bool:
+    text = message.lower()
+    return (
+        "address already in use" in text
+        or "couldn't bind" in text
+        or ("bind" in text and "port" in text)
+    )

@@ -1,0 +1,67 @@
+"""What one run is asked to do: engine, configs, runs per prompt, where results and
+baselines live, how verdicts gate. Built by the pytest options or the CLI, read by the
+runner and its steps; it holds values only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec.engines.container import DockerSettings
+from pytest_specdec.verdict.planning import sequential_plan
+from pytest_specdec.verdict.stats import DEFAULT_POLICY, VerdictPolicy
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    engine: str = "llamacpp"
+    config_names: tuple[str, ...] = ("baseline",)
+    runs: int = 5
+    max_tokens: int = 256
+    warmup: bool = True
+    results_path: Path | None = Path("results/latest.json")
+    log_dir: Path = Path("results/logs")
+    server_url: str | None = None
+    model: str | None = None
+    draft_model: str | None = None
+    host: str = "127.0.0.1"
+    startup_timeout_s: float | None = None
+    request_timeout_s: float = 300.0
+    api_key: str | None = None
+    baseline_dir: Path = Path("baselines")
+    reference: str | None = None
+    allow_mismatch: bool = False
+    update_baselines: bool = False
+    fail_on: tuple[str, ...] = ("regressed",)
+    provisional_gates: bool = True  # --specdec-provisional gate|report
+    alpha: float = DEFAULT_POLICY.alpha
+    min_delta: float = DEFAULT_POLICY.min_delta
+    lint: bool = True
+    sessions: int = 1
+    adaptive: bool = False
+    lossless_fail_before: int = 32
+    docker: DockerSettings | None = None  # --specdec-launcher docker
+    docker_binary: str | None = None
+
+    @property
+    def policy(self) -> VerdictPolicy:
+        """The verdict policy; with adaptive sessions, the per-look alpha of a calibrated
+        group-sequential plan (looks after each session; history of about 10 sessions)."""
+        base = VerdictPolicy(alpha=self.alpha, min_delta=self.min_delta)
+        if self.adaptive and self.sessions > 1:
+            looks = tuple(range(1, self.sessions + 1))
+            return sequential_plan(base, looks, kind="history", k=10, trials=50_000).policy(base)
+        return base
+
+    def public(self) -> dict[str, Any]:
+        out = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+        out["api_key"] = "***" if self.api_key else None
+        out["config_names"] = list(self.config_names)
+        out["fail_on"] = list(self.fail_on)
+        out["docker"] = (
+            None
+            if self.docker is None
+            else {"image": self.docker.image, "network": self.docker.network}
+        )
+        return out

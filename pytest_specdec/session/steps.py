@@ -1,0 +1,255 @@
+"""The steps of a session: boot (see boot.py), warm up, one measured run, a prompt's runs,
+stop, and the results document that records them.
+
+Every run ends as a :class:`RunRecord`, with an ``error`` instead of numbers when the request
+failed. Knows nothing of pytest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import httpx
+
+from pytest_specdec import __version__
+from pytest_specdec.core.configs import ConfigError, Registry, SpecConfig
+from pytest_specdec.core.results import (
+    ConfigRecord,
+    RunRecord,
+    atomic_write_json,
+    finalize_timings,
+    results_document,
+    utc_now,
+)
+from pytest_specdec.core.suitefile import SuiteSettings
+from pytest_specdec.core.workloads import Prompt, Workload
+from pytest_specdec.engines import Engine, EngineNotInstalled
+from pytest_specdec.engines.base import RequestSpec
+from pytest_specdec.engines.launch import LaunchError
+from pytest_specdec.gpu.session import GpuSession, RunWindow, telemetry_dict
+from pytest_specdec.measure.client import LoopThread, RequestFailed
+from pytest_specdec.measure.lossless import GreedyOutput
+from pytest_specdec.measure.roofline import annotate
+from pytest_specdec.session.boot import Booter, Server, resolve_configs
+from pytest_specdec.session.options import RunOptions
+from pytest_specdec.verdict.judge import Judgement
+
+
+class Steps:
+    """The steps every session is made of, each small: boot or attach, warm up, one run,
+    measure a prompt, stop, write the results document. :class:`runner.Runner` adds the
+    steps built from these (concurrency sweep, lossless reference, verdicts)."""
+
+    def __init__(
+        self,
+        options: RunOptions,
+        registry: Registry,
+        suite: SuiteSettings,
+        workload: Workload,
+        transport: httpx.AsyncBaseTransport | None = None,
+        gpu: GpuSession | None = None,
+    ) -> None:
+        self.options = options
+        self.gpu_session = gpu
+        self.registry = registry
+        self.suite = suite
+        self.workload = workload
+        self.configs = resolve_configs(
+            options.config_names, options.engine, registry, options.server_url is not None
+        )
+        self.records: dict[str, ConfigRecord] = {}
+        self.started_at = utc_now()
+        self.loop = LoopThread()
+        self.booter = Booter(options, suite, self.loop, gpu, transport)
+        self.gpu: Any = gpu.describe() if gpu is not None else None
+        self.notes: list[str] = []
+        if gpu is not None and not gpu.available:
+            self.notes.append(f"no GPU telemetry: {gpu.reason}")
+        self.verdicts: list[Judgement] = []
+        self.drift: list[dict[str, Any]] = []
+        self.references: dict[tuple[str, str], dict[str, GreedyOutput]] = {}
+        self.reference_records: list[ConfigRecord] = []
+
+    # --- boot -------------------------------------------------------------------------------
+
+    def engine_for(self, cfg: SpecConfig) -> Engine:
+        """The engine adapter that serves ``cfg`` (the external server's with a URL)."""
+        return self.booter.engine_for(cfg)
+
+    def models_for(self, cfg: SpecConfig) -> tuple[str, str | None]:
+        """``cfg``'s target and draft model paths."""
+        return self.booter.models_for(cfg)
+
+    def launch(self, cfg: SpecConfig, engine: Engine, record: ConfigRecord) -> Server:
+        """Start ``engine`` for ``cfg`` and wait until it is ready (see boot.Booter.launch)."""
+        return self.booter.launch(cfg, engine, record)
+
+    def record_for(self, cfg: SpecConfig) -> ConfigRecord:
+        """The config's record: one per config, holding the runs of all its sessions."""
+        if cfg.name not in self.records:
+            self.records[cfg.name] = ConfigRecord(cfg.name, cfg.engine, cfg.to_dict())
+        return self.records[cfg.name]
+
+    def boot(self, cfg: SpecConfig, session: int = 1) -> Server:
+        """Start (or attach to) server session ``session`` of ``cfg``; wait until it is ready."""
+        record = self.record_for(cfg)
+        engine = self.engine_for(cfg)
+        try:
+            if self.options.server_url:
+                server = self.booter.attach(cfg, engine, record)
+            else:
+                server = self.launch(cfg, engine, record)
+        except (LaunchError, ConfigError, EngineNotInstalled) as exc:
+            record.error = str(exc) if session == 1 else f"session {session}: {exc}"
+            self.write_results()
+            raise
+        server.session = session
+        record.extra.setdefault("sessions", []).append(
+            {"session": session, "server_url": server.base_url, "log_path": record.log_path,
+             "boot_s": record.boot_s, "started_at": utc_now()}
+        )  # fmt: skip
+        return server
+
+    def stop(self, server: Server) -> None:
+        self.booter.close_client(server)
+        if server.process is not None:
+            code = server.process.stop()
+            server.record.extra["exit_code"] = code
+        self.write_results()
+
+    # --- measure ----------------------------------------------------------------------------
+
+    def request_spec(self, prompt: Prompt, model: str | None = None) -> RequestSpec:
+        messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
+        max_tokens = prompt.max_tokens or self.options.max_tokens
+        return RequestSpec(prompt.id, messages, prompt.text(), max_tokens, model=model)
+
+    async def send(self, server: Server, req: RequestSpec, rec: RunRecord) -> RunRecord:
+        """One request, bounded in time; any failure is recorded on ``rec``, never raised."""
+        try:
+            await asyncio.wait_for(
+                server.engine.request(server.client, req, rec), self.options.request_timeout_s
+            )
+        except RequestFailed as exc:
+            rec.error = str(exc)
+        except asyncio.TimeoutError:
+            rec.error = f"request timed out after {self.options.request_timeout_s:.0f} s"
+        return rec
+
+    async def _one(self, server: Server, req: RequestSpec, rec: RunRecord) -> RunRecord:
+        engine, client = server.engine, server.client
+        before = await engine.spec_counters(client)
+        await self.send(server, req, rec)
+        if rec.error is None and before is not None:
+            after = await engine.spec_counters(client)
+            if after is not None:
+                stats = engine.accept_from_counters(before, after)
+                if rec.accept_length is None and stats.get("accept_length") is not None:
+                    rec.accept_length = stats["accept_length"]
+                    rec.accept_source = "metrics-delta"
+                if stats.get("verify_steps") is not None and rec.verify_steps is None:
+                    rec.verify_steps = int(stats["verify_steps"] or 0)
+                per_pos = {k: v for k, v in stats.items() if k.startswith("accept_rate_pos")}
+                if per_pos:
+                    rec.extra["accept_rate_per_position"] = [
+                        per_pos[k] for k in sorted(per_pos, key=lambda k: int(k[15:]))
+                    ]
+        return finalize_timings(rec)
+
+    def run_once(self, server: Server, prompt: Prompt, run: int, phase: str) -> RunRecord:
+        rec = RunRecord(
+            config=server.config.name,
+            prompt=prompt.id,
+            run=run,
+            phase=phase,
+            session=server.session,
+        )
+        req = self.request_spec(prompt, server.model_name)
+        with self._telemetry_window() as window:
+            try:
+                self.loop.run(self._one(server, req, rec))
+            except Exception as exc:
+                rec.error = rec.error or f"{type(exc).__name__}: {exc}"
+        if rec.error is not None and server.process is not None:
+            code = server.process.exited()
+            if code is not None:  # the engine died: say so, with its log tail, not just the socket
+                rec.error = str(
+                    server.process.failure(f"engine exited with code {code}: {rec.error}")
+                )
+        if window.telemetry is not None:
+            rec.gpu = telemetry_dict(window.telemetry, rec.output_tokens)
+            if phase == "measure":
+                server.telemetry.append(window.telemetry)
+                rec.invalid = self.gpu_session.invalid(window.telemetry, server.telemetry) or None  # type: ignore[union-attr]
+        server.record.runs.append(rec)
+        return rec
+
+    def _telemetry_window(self) -> contextlib.AbstractContextManager[RunWindow]:
+        if self.gpu_session is None:
+            return contextlib.nullcontext(RunWindow())
+        return self.gpu_session.window()
+
+    def warmup(self, server: Server) -> list[RunRecord]:
+        """One full-length request per prompt before anything is measured."""
+        start = time.perf_counter()
+        out = [self.run_once(server, p, 0, "warmup") for p in self.workload.prompts]
+        server.record.warmup_s = time.perf_counter() - start
+        server.warmed = True
+        return out
+
+    def measure(self, server: Server, prompt: Prompt) -> list[RunRecord]:
+        if self.options.warmup and not server.warmed:
+            self.warmup(server)
+        runs = [self.run_once(server, prompt, i, "measure") for i in range(self.options.runs)]
+        # Runs that GPU hygiene rules out (thermal or power-brake throttling, clock sag) are
+        # kept in the record, marked invalid, never averaged in; each is rerun, boundedly.
+        budget = self.gpu_session.options.policy.max_reruns if self.gpu_session else 0
+        index = len(runs)
+        while budget > 0 and any(r.invalid for r in runs) and self._valid(runs) < self.options.runs:
+            runs.append(self.run_once(server, prompt, index, "measure"))
+            index += 1
+            budget -= 1
+        self.write_results()
+        return runs
+
+    def _valid(self, runs: list[RunRecord]) -> int:
+        return sum(1 for r in runs if r.ok and not r.invalid)
+
+    # --- record -----------------------------------------------------------------------------
+
+    def document(self) -> dict[str, Any]:
+        """The results document, with each config's roofline share (see measure/roofline.py)."""
+        doc = results_document(
+            self.records.values(),
+            started_at=self.started_at,
+            options=self.options.public(),
+            workload={
+                "name": self.workload.name,
+                "source": self.workload.source,
+                "sha256": self.workload.sha256,
+                "prompts": [p.id for p in self.workload.prompts],
+            },
+            gpu=self.gpu,
+            tool_version=__version__,
+            extra={
+                "verdicts": [j.to_dict() for j in self.verdicts],
+                "drift": self.drift,
+                "notes": self.notes,
+                "references": [r.to_dict() for r in self.reference_records],
+            },
+        )
+        return annotate(doc)
+
+    def write_results(self) -> None:
+        if self.options.results_path is not None:
+            atomic_write_json(self.options.results_path, self.document())
+
+    def close(self) -> None:
+        self.write_results()
+        self.loop.close()
+        self.booter.close()
+        if self.gpu_session is not None:
+            self.gpu_session.close()

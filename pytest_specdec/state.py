@@ -1,0 +1,162 @@
+"""Per-pytest-process state of the plugin: the options validated into :class:`RunOptions`
+at configure time (bad values are usage errors naming the flag), and the runner, made when
+the first test needs it."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.core.configs import ConfigError, SpecConfig, load_registry, split_names
+from pytest_specdec.core.suitefile import load_suite_settings
+from pytest_specdec.core.workloads import WorkloadError, load_workload
+from pytest_specdec.engines.container import DockerSettings
+from pytest_specdec.engines.launch import LaunchError
+from pytest_specdec.gpu.hygiene import HygienePolicy
+from pytest_specdec.gpu.nvml import probe
+from pytest_specdec.gpu.session import GpuOptions, GpuSession
+from pytest_specdec.session.runner import Runner, RunOptions, resolve_configs
+
+STASH_KEY = pytest.StashKey["SpecdecState"]()
+_STATES: dict[int, SpecdecState] = {}
+
+
+class SpecdecState:
+    """Per-pytest-process state: validated options now, the runner once a test needs it."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        getopt = config.getoption
+        root = Path(str(config.rootpath))
+        suite_path = getopt("--specdec-suite-file") or root / "suites" / "specdec.toml"
+        if getopt("--specdec-suite-file") and not suite_path.is_file():
+            raise pytest.UsageError(
+                f"--specdec-suite-file {suite_path} does not exist; give the path of a suite "
+                "TOML file (see suites/specdec.toml)"
+            )
+        try:
+            self.suite = load_suite_settings(suite_path)
+            files = [p for p in (suite_path,) if p.exists()] + list(getopt("--specdec-config-file"))
+            engine = getopt("--specdec-engine") or self.suite.engine
+            self.registry = load_registry(
+                files, default_engine=engine if engine != "openai" else None
+            )
+            names = split_names(getopt("--spec-config")) or ["baseline"]
+            reference = getopt("--specdec-reference")
+            if reference:  # measured first, so that the others can be compared with it
+                names = [reference, *(n for n in names if n != reference)]
+            url = getopt("--specdec-server-url")
+            self.configs: list[SpecConfig] = resolve_configs(
+                names, engine, self.registry, url is not None
+            )
+            self.workload = load_workload(getopt("--specdec-workload") or self.suite.workload)
+        except (ConfigError, WorkloadError) as exc:
+            raise pytest.UsageError(str(exc)) from None
+        results: Path = getopt("--specdec-results")
+        workerinput = getattr(config, "workerinput", None)
+        self.worker_id: str | None = workerinput["workerid"] if workerinput else None
+        self.n_workers: int = int(workerinput["workercount"]) if workerinput else 1
+        if self.worker_id:  # each xdist worker writes its own file; the controller merges them
+            results = results.with_name(f"{results.stem}.{self.worker_id}{results.suffix}")
+        self.results_path: Path = getopt("--specdec-results")
+        self.gpu_options = GpuOptions(
+            gpus=getopt("--specdec-gpus"),
+            require=getopt("--specdec-require-gpu"),
+            hz=getopt("--specdec-telemetry-hz"),
+            cooldown=not getopt("--specdec-no-cooldown"),
+            lock_sm_mhz=getopt("--specdec-lock-clocks"),
+            policy=HygienePolicy(cooldown_cap_s=getopt("--specdec-cooldown-cap")),
+        )
+        if getopt("--specdec-chart") is not None:
+            _check_charts()
+        if self.gpu_options.require:
+            available, reason = probe()
+            if not available:
+                raise pytest.UsageError(
+                    f"--specdec-require-gpu: no usable NVIDIA GPU here: {reason}; run on a GPU "
+                    "runner (check nvidia-smi and nvidia-ml-py) or drop --specdec-require-gpu"
+                )
+        self.options = RunOptions(
+            engine=engine,
+            config_names=tuple(names),
+            runs=getopt("--specdec-runs"),
+            max_tokens=getopt("--specdec-max-tokens"),
+            warmup=not getopt("--specdec-no-warmup"),
+            results_path=results,
+            log_dir=getopt("--specdec-log-dir") or results.parent / "logs",
+            server_url=url,
+            model=getopt("--specdec-model"),
+            draft_model=getopt("--specdec-draft-model"),
+            startup_timeout_s=getopt("--specdec-startup-timeout"),
+            request_timeout_s=getopt("--specdec-request-timeout"),
+            api_key=getopt("--specdec-api-key") or os.environ.get("SPECDEC_API_KEY"),
+            baseline_dir=getopt("--specdec-baseline-dir") or root / "baselines",
+            reference=self.configs[0].name if reference else None,
+            allow_mismatch=getopt("--specdec-allow-mismatch"),
+            update_baselines=getopt("--specdec-update-baselines"),
+            fail_on=tuple(getopt("--specdec-fail-on")),
+            provisional_gates=getopt("--specdec-provisional") == "gate",
+            alpha=getopt("--specdec-alpha"),
+            min_delta=getopt("--specdec-min-delta"),
+            lint=not getopt("--specdec-no-lint"),
+            sessions=getopt("--specdec-sessions"),
+            docker=self._docker_settings(getopt),
+            docker_binary=getopt("--specdec-docker-binary"),
+            lossless_fail_before=getopt("--specdec-lossless-fail-before"),
+            adaptive=getopt("--specdec-adaptive"),
+        )
+        self.summary_lines: list[str] = []
+        self._runner: Runner | None = None
+        self.merged: dict[str, Any] | None = None
+        self.needs_reference = False
+        self.lossless_lines: list[str] = []
+        self.started = time.time()
+
+    @staticmethod
+    def _docker_settings(getopt: Any) -> DockerSettings | None:
+        if getopt("--specdec-launcher") != "docker":
+            return None
+        image = getopt("--specdec-docker-image")
+        if not image:
+            raise pytest.UsageError(
+                "--specdec-launcher docker needs --specdec-docker-image IMAGE (e.g. "
+                "pytest-specdec/llamacpp-cpu:11434.0.0 from ./scripts/build-engine-image)"
+            )
+        try:
+            return DockerSettings(
+                image=image,
+                network=getopt("--specdec-docker-network"),
+                shm_size=getopt("--specdec-docker-shm"),
+            )
+        except LaunchError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    @property
+    def runner(self) -> Runner:
+        if self._runner is None:
+            gpu = GpuSession(self.gpu_options, self.worker_id, self.n_workers)
+            self._runner = Runner(self.options, self.registry, self.suite, self.workload, gpu=gpu)
+            _STATES[id(self._runner)] = self
+        return self._runner
+
+    @property
+    def used(self) -> bool:
+        return self._runner is not None
+
+
+def _check_charts() -> None:
+    """``--specdec-chart`` without matplotlib is refused before anything is measured."""
+    from pytest_specdec.report.charts import ChartsUnavailable, check_available
+
+    try:
+        check_available()
+    except ChartsUnavailable as exc:
+        raise pytest.UsageError(f"--specdec-chart: {exc}") from None
+
+
+def runner_state(runner: Runner) -> SpecdecState | None:
+    """The plugin state that made ``runner`` (None for a runner made elsewhere)."""
+    return _STATES.get(id(runner))

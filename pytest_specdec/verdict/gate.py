@@ -1,0 +1,89 @@
+"""The run's gate over its judgements: Holm's adjustment across configs, which outcomes
+fail the run (``--specdec-fail-on``), which provisional verdicts are only reported, and
+configs whose acceptance says they may not really differ."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from pytest_specdec.verdict.judge import MISMATCH, Judgement
+from pytest_specdec.verdict.sessions import accept_means, workload_prompts
+from pytest_specdec.verdict.stats import Verdict, VerdictPolicy, adjust_verdicts
+
+
+def adjust(judgements: Sequence[Judgement], policy: VerdictPolicy) -> list[Judgement]:
+    """Holm across the configs' suite verdicts (the gate); per-prompt verdicts stay raw."""
+    judged = [j for j in judgements if j.suite is not None]
+    adjusted = adjust_verdicts([j.suite for j in judged if j.suite], policy) if judged else []
+    by_config = {j.config: v for j, v in zip(judged, adjusted, strict=True)}
+    out = []
+    for j in judgements:
+        if j.config in by_config:
+            j = replace(j, suite=by_config[j.config]).explain()
+        out.append(j)
+    return out
+
+
+def failures(
+    judgements: Sequence[Judgement], fail_on: Sequence[str], provisional_gates: bool = True
+) -> list[str]:
+    """Messages for every judgement whose outcome the run is asked to fail on.
+
+    With ``provisional_gates`` False, a provisional verdict (a baseline of fewer sessions than
+    the prediction-interval test needs, or a one-session A/B) is reported, not failed on."""
+    out = []
+    for j in judgements:
+        if j.status == MISMATCH:
+            out.append(f"{j.config}: {j.message}")
+            continue
+        verdict = _failing_verdict(j, fail_on)
+        if verdict is not None and (provisional_gates or not verdict.provisional):
+            out.append(f"{j.config}: {j.message}")
+    return out
+
+
+def not_gating(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[str]:
+    """The provisional verdicts that would fail the run if provisional verdicts gated."""
+    out = []
+    for j in judgements:
+        verdict = _failing_verdict(j, fail_on)
+        if verdict is not None and verdict.provisional and j.status != MISMATCH:
+            out.append(
+                f"{j.config}: {j.message} — reported, not gating (--specdec-provisional report)"
+            )
+    return out
+
+
+def _failing_verdict(j: Judgement, fail_on: Sequence[str]) -> Verdict | None:
+    """The suite verdict when its outcome is one the run is asked to fail on."""
+    wanted = {f.upper() for f in fail_on}
+    return j.suite if j.suite is not None and j.suite.outcome.value in wanted else None
+
+
+def indistinguishable(results: Mapping[str, Any], tolerance: float = 0.01) -> list[str]:
+    """Pairs of speculative configs whose accept length agrees within ``tolerance`` on every
+    prompt: e.g. two DDTree budgets that build the same chain. Such "different" configs are
+    worth a second look before their throughput difference is believed."""
+    prompts = workload_prompts(results)
+    means = {
+        c["name"]: accept_means(c, prompts)
+        for c in results.get("configs", [])
+        if any(v is not None for v in accept_means(c, prompts).values())
+    }
+    out = []
+    names = sorted(means)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            pairs = [(means[a][p], means[b][p]) for p in prompts]
+            known = [(x, y) for x, y in pairs if x is not None and y is not None]
+            if len(known) == len(prompts) and all(
+                abs(x - y) <= tolerance * max(x, y) for x, y in known
+            ):
+                out.append(
+                    f"{a} and {b} are indistinguishable by acceptance (accept length within "
+                    f"{tolerance:.0%} on all {len(prompts)} prompts): check that they really "
+                    "differ (effective verify width / tree shape)"
+                )
+    return out

@@ -1,0 +1,162 @@
+"""A results document's config as the verdict maths sees it: measured tok/s per prompt and
+per server session, accept lengths, the suite score of each run, and the baseline entries
+those sessions become (``update_baseline`` writes them through the baseline store)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec.verdict.baselines import (
+    BaselineError,
+    append_session,
+    baseline_path,
+    key_for,
+    load_baseline,
+    session_entry,
+)
+from pytest_specdec.verdict.stats import SessionSummary
+from pytest_specdec.verdict.suite import suite_values
+
+
+def prompt_runs(
+    config: Mapping[str, Any], prompts: Sequence[str], session: int | None = None
+) -> dict[str, list[float]]:
+    """Measured, successful tok/s per prompt (failed runs are errors, never numbers)."""
+    out: dict[str, list[float]] = {p: [] for p in prompts}
+    for run in config.get("runs", []):
+        usable = run.get("phase") == "measure" and run.get("error") is None
+        usable = usable and not run.get("invalid")
+        if session is not None and run.get("session", 1) != session:
+            continue
+        if usable and run.get("tok_per_s") and run["prompt"] in out:
+            out[run["prompt"]].append(float(run["tok_per_s"]))
+    return out
+
+
+def sessions_of(config: Mapping[str, Any]) -> list[int]:
+    """The server sessions that have measured runs, in order."""
+    found = {
+        int(r.get("session", 1)) for r in config.get("runs", []) if r.get("phase") == "measure"
+    }
+    return sorted(found)
+
+
+def by_session(config: Mapping[str, Any], prompts: Sequence[str]) -> list[dict[str, list[float]]]:
+    return [prompt_runs(config, prompts, s) for s in sessions_of(config)]
+
+
+def session_means(sessions: Sequence[Sequence[float]]) -> list[float]:
+    """Each session's geometric mean: the replication unit for multi-session comparisons."""
+    return [math.exp(statistics.fmean(math.log(v) for v in values)) for values in sessions]
+
+
+def accept_means(config: Mapping[str, Any], prompts: Sequence[str]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for p in prompts:
+        values = [
+            float(r["accept_length"])
+            for r in config.get("runs", [])
+            if r.get("phase") == "measure" and r.get("prompt") == p and r.get("accept_length")
+        ]
+        out[p] = statistics.fmean(values) if values else None
+    return out
+
+
+def suite_runs(runs: Mapping[str, Sequence[float]]) -> list[float]:
+    n = min((len(v) for v in runs.values()), default=0)
+    return suite_values({p: list(v)[:n] for p, v in runs.items()}) if n else []
+
+
+def workload_prompts(results: Mapping[str, Any]) -> list[str]:
+    return list((results.get("workload") or {}).get("prompts") or [])
+
+
+def unmeasured_prompts(config: Mapping[str, Any], prompts: Sequence[str]) -> str | None:
+    """Prompts of the workload that were not measured at all (e.g. deselected with -k)."""
+    seen = {r.get("prompt") for r in config.get("runs", []) if r.get("phase") == "measure"}
+    missing = [p for p in prompts if p not in seen]
+    if not missing:
+        return None
+    return (
+        f"the suite score needs every prompt of the workload; not measured: "
+        f"{', '.join(missing)} (deselected with -k?)"
+    )
+
+
+def empty_prompts(runs: Mapping[str, Sequence[float]]) -> str | None:
+    empty = [p for p, v in runs.items() if not v]
+    return f"no successful measured runs for {', '.join(empty)}" if empty else None
+
+
+def session_cells(
+    config: Mapping[str, Any], prompts: Sequence[str], session: int
+) -> dict[str, dict[str, Any]]:
+    runs = prompt_runs(config, prompts, session)
+    accepts = accept_means(
+        {"runs": [r for r in config.get("runs", []) if r.get("session", 1) == session]}, prompts
+    )
+    cells = {}
+    for p, values in runs.items():
+        summary = SessionSummary.from_values(values)
+        cells[p] = {
+            "n": summary.n,
+            "mean_log": summary.mean_log,
+            "sd_log": summary.sd_log,
+            "runs": values,
+            "accept_length": accepts[p],
+        }
+    return cells
+
+
+def session_entries(results: Mapping[str, Any], config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The baseline entries of this config's server sessions (what the baseline stores).
+
+    BaselineError when the config cannot give clean sessions (a failed run, a boot error, a
+    prompt not measured, a prompt without a successful run)."""
+    prompts = workload_prompts(results)
+    failed = [r for r in config.get("runs", []) if r.get("phase") == "measure" and r.get("error")]
+    if config.get("error") or failed:
+        raise BaselineError(
+            f"{config['name']}: not added to the baseline: {len(failed)} failed run(s)"
+            f"{' and a boot error' if config.get('error') else ''}; "
+            "a baseline takes clean sessions only"
+        )
+    partial = unmeasured_prompts(config, prompts)
+    if partial:
+        raise BaselineError(f"{config['name']}: not added to the baseline: {partial}")
+    entries = []
+    for session in sessions_of(config):
+        runs = prompt_runs(config, prompts, session)
+        problem = empty_prompts(runs)
+        if problem:
+            raise BaselineError(f"{config['name']}: not added to the baseline: {problem}")
+        scores = suite_runs(runs)
+        suite = SessionSummary.from_values(scores)
+        cells = session_cells(config, prompts, session)
+        entries.append(session_entry(results, config, suite, scores, cells, session))
+    return entries
+
+
+def update_baseline(
+    results: Mapping[str, Any], config: Mapping[str, Any], root: Path, allow_mismatch: bool = False
+) -> str:
+    """Append each of this config's server sessions to its baseline; say what changed."""
+    entries = session_entries(results, config)
+    key = key_for(results, config)
+    path = baseline_path(root, key)
+    before = load_baseline(path)
+    after = before
+    for entry in entries:
+        after = append_session(path, key, entry, allow_mismatch=allow_mismatch)
+    old_n = len(before.sessions) if before else 0
+    new_n = len(after.sessions) if after else 0
+    mean = statistics.fmean(e["suite"]["mean_log"] for e in entries)
+    line = f"{config['name']}: {path}: {old_n} → {new_n} sessions; suite {math.exp(mean):.1f} tok/s"
+    if before and before.suite_history():
+        prev = statistics.fmean(h.mean_log for h in before.suite_history())
+        line += f" (history {math.exp(prev):.1f} tok/s, {math.exp(mean - prev) - 1:+.1%})"
+    return line
