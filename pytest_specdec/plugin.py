@@ -13,7 +13,7 @@ from pytest_specdec import options as opt
 from pytest_specdec.core.configs import ConfigError, SpecConfig
 from pytest_specdec.core.workloads import Prompt
 from pytest_specdec.engines import EngineNotInstalled
-from pytest_specdec.engines.launch import LaunchError, kill_all
+from pytest_specdec.engines.launch import LaunchError, kill_all, lineage
 from pytest_specdec.finish import finish_session, summary_lines
 from pytest_specdec.measure.lossless import LosslessResult
 from pytest_specdec.session.runner import Runner, Server
@@ -38,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "specdec_lossless: the test compares outputs with the non-speculative "
         "reference, which is then made before the first config boots",
     )  # fmt: skip
+    lineage()  # exported before xdist workers or nested runs start: their engines count as ours
     config.stash[STASH_KEY] = SpecdecState(config)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         # SIGTERM unwinds like Ctrl-C: fixtures tear down, engines stop, results are written.

@@ -192,8 +192,9 @@ def engine_pids(root: Path, needle: str = "") -> list[int]:
 def _engine_processes() -> list[int]:
     """PIDs of every ``llama-server`` process (its executable's name, whatever its path).
 
-    Not :func:`pytest_specdec.engines.launch.processes_matching`: that skips every command line with
-    "pytest" in it, and so every engine installed under ``~/.cache/pytest-specdec``."""
+    Engines this process started are also found by the marker in their environment
+    (:func:`pytest_specdec.engines.launch.engines_started_here`); this finds those started
+    by a pytest run in a subprocess too, by their folder."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and Path(cmdline(int(entry.name)).split(" ")[0]).name == ENGINE:

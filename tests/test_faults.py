@@ -39,9 +39,10 @@ from pytest_specdec.core.results import ResultsError, load_results, merge_worker
 from pytest_specdec.core.suitefile import load_suite_settings
 from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.engines.launch import (
+    ENGINE_MARKER,
     LaunchError,
+    engines_started_here,
     free_port,
-    processes_matching,
     start_process,
     stop_process,
     wait_ready,
@@ -307,22 +308,30 @@ def test_engine_killed_mid_measurement_fails_its_config_and_the_next_one_runs(
 
 
 @pytest.mark.engine
-def test_processes_matching_finds_a_running_engine(
+def test_engines_started_here_finds_this_runs_engine_and_not_another_suites(
     llama_server: Path, models: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The orphan checks of tests/test_engine_llamacpp.py rely on it."""
+    """The orphan checks of tests/test_engine_llamacpp.py rely on it. Another suite's engine
+    of the same model on the same host (a shared CI runner) is not counted as ours."""
     port = free_port()
     argv = [str(llama_server), "-m", str(models["target"]), "--host", "127.0.0.1",
             "--port", str(port), "-t", "2"]  # fmt: skip
+    other_env = {**os.environ, ENGINE_MARKER: "other-suite/1"}
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", str(models["target"])]
+    other = subprocess.Popen(sleeper, env=other_env)  # stands in for the other suite's engine
     proc = start_process(argv, {}, tmp_path / "engine.log")
     try:
         wait_ready(proc, lambda: _healthy(port), 120)
         assert engine_pids(tmp_path) == [proc.pid]
-        found = processes_matching(str(models["target"]))
-        assert proc.pid in found, f"engine {proc.pid} ({' '.join(argv)}) not in {found}"
+        found = engines_started_here(str(models["target"]))
+        assert found == [proc.pid], f"engine {proc.pid} ({' '.join(argv)}): found {found}"
+        assert engines_started_here(str(models["target"]), root="other-suite") == [other.pid]
     finally:
         stop_process(proc)
+        other.kill()
+        other.wait()
     assert engine_pids(tmp_path) == []
+    assert engines_started_here(str(models["target"])) == []
 
 
 # --- 3. pytest interrupted; an xdist worker killed --------------------------------------------

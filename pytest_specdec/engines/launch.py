@@ -3,6 +3,10 @@
 * The engine's output goes to a log file (a pipe nobody reads fills up and hangs the engine).
 * The engine runs in its own process group, so teardown kills everything it spawned; on Linux
   it also dies with its parent (``PR_SET_PDEATHSIG``), so a killed pytest leaves no engine behind.
+* Every engine carries ``SPECDEC_ENGINE_OF=<lineage>`` in its environment: the lineage of the
+  process that started it (a random root, then one PID per process down the chain of pytest
+  processes, xdist workers, nested runs). :func:`engines_started_here` finds the engines of
+  this process and of the processes it started, never another suite's on the same host.
 * Readiness polls the engine's own readiness endpoint and fails fast, with the log tail, when
   the process exits; it gives up after a bounded timeout.
 """
@@ -13,6 +17,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -25,6 +30,21 @@ from typing import Protocol
 
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 PR_SET_PDEATHSIG = 1
+LINEAGE_VARIABLE = "SPECDEC_LINEAGE"  # this process's lineage, inherited by its children
+ENGINE_MARKER = "SPECDEC_ENGINE_OF"  # on each engine: the lineage of the process that started it
+_LINEAGE: dict[int, str] = {}  # per PID: a forked child makes its own
+
+
+def lineage() -> str:
+    """This process's lineage: the parent's (inherited through the environment) and this PID,
+    or a new random root. Exported, so processes started from here extend it."""
+    pid = os.getpid()
+    if pid not in _LINEAGE:
+        parent = os.environ.get(LINEAGE_VARIABLE)
+        own = f"{parent}/{pid}" if parent else f"{secrets.token_hex(4)}/{pid}"
+        _LINEAGE[pid] = own
+        os.environ[LINEAGE_VARIABLE] = own
+    return _LINEAGE[pid]
 
 
 class LaunchError(RuntimeError):
@@ -100,7 +120,7 @@ class EngineProcess:
 def start_process(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> EngineProcess:
     """Start ``argv`` (a list: never a shell string) with its output in ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    full_env = {**os.environ, **env}
+    full_env = {**os.environ, **env, ENGINE_MARKER: lineage()}
     with log_path.open("ab") as log:
         try:
             proc = subprocess.Popen(
@@ -170,20 +190,25 @@ def kill_all() -> None:
         _LIVE.pop(pid, None)
 
 
-def processes_matching(needle: str) -> list[int]:
-    """PIDs of running processes whose command line contains ``needle`` (Linux /proc)."""
+def engines_started_here(needle: str = "", root: str | None = None) -> list[int]:
+    """PIDs of live engines started by this process or one it started (``root``: by the
+    process of that lineage instead), whose command line contains ``needle``. Found by the
+    marker in their environment (Linux /proc), so engines of other runs are never counted."""
+    own = root or lineage()
     pids = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit():
             continue
         try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):  # gone, or another user's process
             continue
-        program = Path(argv[0]).name if argv else ""
-        if program.startswith(("python", "pytest")):  # the test run itself, not an engine
-            continue
-        if any(needle in arg for arg in argv):
+        marks = [e[len(ENGINE_MARKER) + 1 :].decode(errors="replace") for e in environ
+                 if e.startswith(ENGINE_MARKER.encode() + b"=")]  # fmt: skip
+        ours = any(m == own or m.startswith(own + "/") for m in marks)
+        if ours and state != "Z" and any(needle in arg for arg in argv):
             pids.append(int(entry.name))
     return pids
 
