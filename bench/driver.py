@@ -36,20 +36,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import bisect
-import json
 import os
 import shlex
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +51,21 @@ import httpx
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))  # run from a plain checkout
+
+from driver_peer import PEER_PIN, install_peer, run_guidellm  # noqa: E402
+from driver_plan import (  # noqa: E402
+    DRIVER,
+    FULL,
+    QUICK,
+    TOKEN,
+    CeilingRow,
+    OverheadRow,
+    Plan,
+    core_busy_s,
+    pin_this_process,
+    proc_cpu_s,
+)
+from driver_report import summary_lines, table_lines  # noqa: E402
 
 from pytest_specdec.core.results import (  # noqa: E402
     RunRecord,
@@ -75,71 +84,6 @@ from pytest_specdec.engines.launch import (  # noqa: E402
     wait_ready,
 )
 from pytest_specdec.measure.client import ClientSettings, LoopThread, RequestFailed  # noqa: E402
-
-DRIVER = "pytest-specdec"
-TOKEN = "tok "  # what bench/fake_stream_server.py sends per chunk
-PEER_PIN = "guidellm==0.8.1"
-
-
-@dataclass(frozen=True)
-class Plan:
-    concurrencies: tuple[int, ...]
-    tokens: int
-    window_s: float
-    rate: float
-    overhead_tokens: int
-    overhead_requests: int
-    overhead_concurrencies: tuple[int, ...]
-    peer_concurrencies: tuple[int, ...]
-
-
-FULL = Plan((1, 4, 16, 64), 1024, 3.0, 1000.0, 500, 20, (1, 16), (1, 4, 16, 64))
-QUICK = Plan((1, 4, 16, 64), 1024, 1.0, 1000.0, 250, 10, (1,), ())
-
-
-@dataclass(frozen=True)
-class CeilingRow:
-    driver: str
-    concurrency: int
-    tokens_per_s: float | None
-    requests_per_s: float | None
-    requests: int
-    errors: int
-    window_s: float
-    driver_cpu: float | None = None  # the driver's CPU seconds ÷ wall seconds
-    server_cpu: float | None = None  # the same for the server process
-    others_cpu: float | None = None  # other processes' share of the driver's core
-    tokens_per_cpu_s: float | None = None  # tokens ÷ the driver's CPU seconds
-
-
-@dataclass(frozen=True)
-class OverheadRow:
-    concurrency: int
-    requests: int
-    errors: int
-    tokens: int
-    rate: float
-    e2e_ms_median: float
-    overhead_ms_median: float
-    overhead_pct_median: float
-    overhead_pct_p90: float
-    own_ms_median: float | None  # e2e - server span: request out + last chunk in + parse
-    own_pct_p90: float | None
-    request_ms_median: float | None  # call → server has the request (includes the connect)
-    tail_ms_median: float | None  # server wrote the last chunk → the call returned
-    tpot_err_pct_median: float | None
-
-
-@dataclass
-class PeerResult:
-    name: str
-    command: list[str] | None = None
-    rows: list[CeilingRow] = field(default_factory=list)
-    reason: str | None = None  # why there are no rows
-    log_path: str | None = None
-    run_s: float | None = None  # the whole run, start-up included
-    processes: list[int] = field(default_factory=list)  # worker processes per benchmark
-
 
 # --- the fake server's process -------------------------------------------------------------
 
@@ -162,35 +106,6 @@ def start_server(
 
     wait_ready(proc, healthy, timeout_s=15.0, poll_s=0.05)
     return proc, url
-
-
-def proc_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of ``pid`` (Linux /proc), None where unreadable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pin_this_process(cpu: int) -> None:
-    """Pin every thread of this process (and so its future threads and children) to ``cpu``."""
-    for task in Path("/proc/self/task").iterdir():
-        os.sched_setaffinity(int(task.name), {cpu})
-
-
-def core_busy_s(cpu: int) -> float | None:
-    """Seconds core ``cpu`` spent busy (any process) since boot, from /proc/stat."""
-    try:
-        lines = Path("/proc/stat").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        name, *ticks = line.split()
-        if name == f"cpu{cpu}":
-            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, ticks[:8])
-            return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-    return None
 
 
 def _share(before: float | None, after: float | None, minus: float, wall: float) -> float | None:
@@ -354,248 +269,6 @@ def measure_overhead(loop: LoopThread, url: str, concurrency: int, plan: Plan) -
         tail_ms_median=statistics.median(lag[1] for lag, _ in lags) * 1e3 if lags else None,
         tpot_err_pct_median=statistics.median(tpot) if tpot else None,
     )
-
-
-# --- the peer: guidellm ----------------------------------------------------------------------
-
-
-def guidellm_command(exe: Path, url: str, plan: Plan, work: Path, cpu: int) -> list[str]:
-    data = work / "peer-prompts.jsonl"
-    row = json.dumps({"prompt": "Count.", "output_tokens_count": plan.tokens})
-    data.write_text((row + "\n") * 5000, encoding="utf-8")
-    taskset = ["taskset", "-c", str(cpu)] if shutil.which("taskset") else []
-    return [
-        *taskset, str(exe), "run",
-        "--backend", f"kind=openai_http,target={url}",
-        "--profile", "kind=concurrent",
-        "--override", "profile.streams", ",".join(str(c) for c in plan.peer_concurrencies),
-        "--data", f"kind=json_file,path={data}",
-        "--constraint", f"kind=max_duration,seconds={plan.window_s:g}",
-        "--output", f"kind=json,path={work / 'peer.json'}",
-        "--disable-console-interactive",
-    ]  # fmt: skip
-
-
-class GroupSampler(threading.Thread):
-    """Samples, every ``period_s``, the CPU seconds of process group ``pgid`` (reaped children
-    included) and the busy seconds of core ``core``; runs on ``own_core`` so that it takes
-    nothing from the sampled core."""
-
-    def __init__(self, pgid: int, core: int, own_core: int | None, period_s: float = 0.1):
-        super().__init__(name="cpu-sampler", daemon=True)
-        self.pgid, self.core, self.own_core, self.period_s = pgid, core, own_core, period_s
-        self.samples: list[tuple[float, float, float]] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        if self.own_core is not None:
-            os.sched_setaffinity(0, {self.own_core})
-        while True:
-            busy = core_busy_s(self.core) or 0.0
-            self.samples.append((time.time(), _group_cpu_s(self.pgid), busy))
-            if self.halt.wait(self.period_s):
-                return
-
-    def between(self, start: float, end: float) -> tuple[float, float]:
-        """(group CPU, core busy) seconds between two ``time.time()`` instants, interpolated."""
-        a, b = self._at(start), self._at(end)
-        return b[0] - a[0], b[1] - a[1]
-
-    def _at(self, t: float) -> tuple[float, float]:
-        s = self.samples
-        i = min(max(bisect.bisect_left([x[0] for x in s], t), 1), len(s) - 1)
-        (t0, *v0), (t1, *v1) = s[i - 1], s[i]
-        f = 0.0 if t1 == t0 else min(max((t - t0) / (t1 - t0), 0.0), 1.0)
-        group, busy = (x0 + (x1 - x0) * f for x0, x1 in zip(v0, v1, strict=True))
-        return group, busy
-
-
-def _group_cpu_s(pgid: int) -> float:
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid:
-            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def run_guidellm(
-    venv: Path, url: str, plan: Plan, work: Path, cpu: int, spare: int | None
-) -> PeerResult:
-    """Run guidellm pinned to ``cpu`` in its own process group; read its JSON report."""
-    exe = venv / "bin" / "guidellm"
-    if not exe.is_file():
-        return PeerResult("guidellm", reason=f"{exe} not found; run with --install-peer")
-    log = work / "peer.log"
-    result = PeerResult("guidellm", guidellm_command(exe, url, plan, work, cpu), log_path=str(log))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    timeout = 60 + 40 * len(plan.peer_concurrencies)
-    t0 = time.perf_counter()
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            result.command or [], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=work, start_new_session=True,
-        )  # fmt: skip
-    sampler = GroupSampler(proc.pid, cpu, spare)
-    sampler.start()
-    try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        result.reason = f"guidellm did not finish in {timeout} s (log {log})"
-        return result
-    finally:
-        sampler.halt.set()
-        sampler.join()
-    result.run_s = time.perf_counter() - t0
-    out = work / "peer.json"
-    if code != 0 or not out.is_file():
-        result.reason = f"guidellm exited with {code} (log {log})"
-        return result
-    return _peer_rows(result, json.loads(out.read_text(encoding="utf-8")), sampler)
-
-
-def _peer_rows(result: PeerResult, report: dict[str, Any], sampler: GroupSampler) -> PeerResult:
-    """Streamed tok/s = output tokens of completed requests ÷ the benchmark's duration."""
-    result.name = f"guidellm {report.get('metadata', {}).get('guidellm_version', '?')}"
-    for bench in report.get("benchmarks", []):
-        timing = bench["scheduler_metrics"]
-        start, end = timing["measure_start_time"], timing["measure_end_time"]
-        wall = end - start
-        made = timing["requests_made"]
-        tokens = bench["metrics"]["output_token_count"]["successful"]["total_sum"]
-        used, busy = sampler.between(start, end)  # this process sleeps in wait()
-        ok = int(made["successful"])
-        result.processes.append(int(bench["scheduler_state"]["num_processes"]))
-        result.rows.append(
-            CeilingRow(
-                driver=result.name,
-                concurrency=int(bench["config"]["strategy"]["streams"]),
-                tokens_per_s=tokens / wall if ok else None,
-                requests_per_s=ok / wall if ok else None,
-                requests=ok,
-                errors=int(made["errored"]),
-                window_s=wall,
-                driver_cpu=used / wall,
-                others_cpu=max(0.0, busy - used) / wall,
-                tokens_per_cpu_s=tokens / used if ok and used > 0 else None,
-            )
-        )
-    if not result.rows:
-        result.reason = "guidellm wrote no benchmarks"
-    return result
-
-
-def install_peer(venv: Path) -> None:
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", PEER_PIN], check=True)
-
-
-# --- report ----------------------------------------------------------------------------------
-
-COLUMNS = (
-    ("driver", 16), ("conc", 5), ("stream tok/s", 13), ("req/s", 8), ("reqs", 6), ("err", 4),
-    ("tok/cpu-s", 11), ("drv cpu", 8), ("srv cpu", 8), ("others", 7), ("vs peer", 8),
-    ("per cpu", 8),
-)  # fmt: skip
-
-
-def _fmt(value: float | None, spec: str = ",.0f") -> str:
-    return "null" if value is None else format(value, spec)
-
-
-def table_lines(rows: Sequence[CeilingRow], peer: PeerResult | None) -> list[str]:
-    theirs = {r.concurrency: r for r in (peer.rows if peer else [])}
-    lines = [_cells([name for name, _ in COLUMNS])]
-    for row in [*rows, *(peer.rows if peer else [])]:
-        other = theirs.get(row.concurrency) if row.driver == DRIVER else None
-        cells = [
-            row.driver, str(row.concurrency), _fmt(row.tokens_per_s),
-            _fmt(row.requests_per_s, ",.1f"), str(row.requests), str(row.errors),
-            _fmt(row.tokens_per_cpu_s), _fmt(row.driver_cpu, ".0%"),
-            _fmt(row.server_cpu, ".0%") if row.driver == DRIVER else "-",
-            _fmt(row.others_cpu, ".0%"),
-            _ratio(row.tokens_per_s, other.tokens_per_s) if other else "",
-            _ratio(row.tokens_per_cpu_s, other.tokens_per_cpu_s) if other else "",
-        ]  # fmt: skip
-        lines.append(_cells(cells))
-    return lines
-
-
-def _ratio(ours: float | None, theirs: float | None) -> str:
-    return f"{ours / theirs:.2f}x" if ours and theirs else "null"
-
-
-def _cells(cells: Sequence[str]) -> str:
-    widths = [w for _, w in COLUMNS]
-    return cells[0].ljust(widths[0]) + "".join(
-        c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)
-    )
-
-
-def overhead_line(o: OverheadRow) -> str:
-    return (
-        f"overhead at {o.rate:,.0f} tok/s x {o.tokens} tokens, c={o.concurrency}, "
-        f"{o.requests} requests: e2e median {o.e2e_ms_median:.2f} ms (ideal "
-        f"{o.tokens / o.rate * 1e3:.0f}); over ideal median {o.overhead_pct_median:.3f}% "
-        f"({o.overhead_ms_median:.2f} ms), p90 {o.overhead_pct_p90:.3f}%; driver's own median "
-        f"{_fmt(o.own_ms_median, '.3f')} ms (medians: request {_fmt(o.request_ms_median, '.3f')}"
-        f", tail {_fmt(o.tail_ms_median, '.3f')}), p90 {_fmt(o.own_pct_p90, '.3f')}%; "
-        f"TPOT error median {_fmt(o.tpot_err_pct_median, '+.3f')}%"
-    )
-
-
-def summary_lines(
-    rows: Sequence[CeilingRow], over: Sequence[OverheadRow], peer: PeerResult | None
-) -> list[str]:
-    lines = [overhead_line(o) for o in over]
-    ours = max((r.tokens_per_s or 0.0 for r in rows), default=0.0)
-    theirs = max((r.tokens_per_s or 0.0 for r in (peer.rows if peer else [])), default=0.0)
-    if peer and theirs:
-        verdict = "met" if ours >= 2 * theirs else "MISSED"
-        lines.append(
-            f"ceiling {ours:,.0f} tok/s vs {peer.name} {theirs:,.0f} tok/s: "
-            f"{ours / theirs:.2f}x (target >= 2x: {verdict})"
-        )
-        ours_cpu = max((r.tokens_per_cpu_s or 0.0 for r in rows), default=0.0)
-        theirs_cpu = max((r.tokens_per_cpu_s or 0.0 for r in peer.rows), default=0.0)
-        if ours_cpu and theirs_cpu:
-            lines.append(
-                f"per CPU-second of the driver: {ours_cpu:,.0f} vs {theirs_cpu:,.0f} tok: "
-                f"{ours_cpu / theirs_cpu:.2f}x"
-            )
-        lines.append(
-            f"{peer.name}: {peer.run_s or 0:.0f} s in all (start-up included); worker processes "
-            f"per benchmark {peer.processes}"
-        )
-    else:
-        lines.append(f"ceiling {ours:,.0f} tok/s; ratio to peer null ({_why(peer)})")
-    for o in over:
-        if o.concurrency == 1:
-            verdict = "met" if o.overhead_pct_p90 < 1.0 else "MISSED"
-            lines.append(
-                f"overhead p90 {o.overhead_pct_p90:.3f}% at {o.rate:,.0f} tok/s "
-                f"(target < 1%: {verdict})"
-            )
-    busy = max((r.others_cpu or 0.0 for r in rows), default=0.0)
-    if busy > 0.1:
-        lines.append(
-            f"warning: other processes took up to {busy:.0%} of the driver's core; wall tok/s "
-            "understates the one-core ceiling (tok/cpu-s does not)"
-        )
-    return lines
-
-
-def _why(peer: PeerResult | None) -> str:
-    if peer is None:
-        return "peer not run"
-    return peer.reason or "the peer completed no request"
 
 
 # --- main ------------------------------------------------------------------------------------
