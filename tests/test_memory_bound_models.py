@@ -135,9 +135,11 @@ extra_args = ["-np", "1", "-c", "4096"]
 
 
 def run_d4(
-    project: pytest.Pytester, env: pytest.MonkeyPatch, threads: int, *args: str
+    project: pytest.Pytester, env: pytest.MonkeyPatch, threads: int, *args: str, ubatch: int = 0
 ) -> tuple[pytest.RunResult, dict[str, Any]]:
     env.setenv("LLAMA_ARG_THREADS", str(threads))  # the engine inherits it
+    if ubatch:  # verify the drafted tokens in micro-batches of this many: more passes per step
+        env.setenv("LLAMA_ARG_UBATCH", str(ubatch))
     out = project.path / f"r{len(list(project.path.glob('r*.json')))}.json"
     result = project.runpytest_subprocess(
         "suites/test_throughput.py", "--specdec-suite-file", "knob.toml",
@@ -169,8 +171,12 @@ def test_knob_lowers_acceptance_and_regressions_are_told_apart(
     (verdict,) = worse_doc["verdicts"]
     assert verdict["outcome"] == "REGRESSED" and verdict["cause"] == "drafter", verdict
     worse.stdout.fnmatch_lines(["*REGRESSED*cause: drafter: the accept length explains*"])
-    slower, slower_doc = run_d4(knob_project, monkeypatch, 1)
+    # The same drafts verified one token per pass, on one thread: slower steps, the same
+    # acceptance. Either alone is enough on an idle machine; both, so that another suite on
+    # the same host (which makes a second thread worth little) cannot hide the change.
+    slower, slower_doc = run_d4(knob_project, monkeypatch, 1, ubatch=1)
     (verdict,) = slower_doc["verdicts"]
     assert verdict["outcome"] == "REGRESSED" and verdict["cause"] == "kernel", verdict
-    assert "LLAMA_ARG_THREADS: 2 → 1" in " ".join(verdict["notes"])
+    notes = " ".join(verdict["notes"])
+    assert "LLAMA_ARG_THREADS: 2 → 1" in notes and "LLAMA_ARG_UBATCH: unset → 1" in notes
     slower.stdout.fnmatch_lines(["*REGRESSED*cause: kernel side: accept length unchanged*"])
