@@ -21,6 +21,7 @@ from pytest_specdec.core.values import (
     probability,
     server_url,
 )
+from pytest_specdec.verdict.stats import DEFAULT_POLICY
 
 
 def gpu_list(value: str) -> tuple[int, ...]:
@@ -32,9 +33,9 @@ def gpu_list(value: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-# Default verdict thresholds (see docs/statistics.md); kept here so --help can show them.
-DEFAULT_ALPHA = 0.01
-DEFAULT_MIN_DELTA = 0.03
+# Default verdict thresholds: the calibrated VerdictPolicy's (docs/statistics.md), shown in --help.
+DEFAULT_ALPHA = DEFAULT_POLICY.alpha
+DEFAULT_MIN_DELTA = DEFAULT_POLICY.min_delta
 
 # (flag, argparse keyword arguments): the plugin's options, defined once.
 PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
