@@ -98,20 +98,18 @@ def summary_lines(config: pytest.Config) -> list[str]:
         doc = state.merged
         records = {c["name"]: ConfigRecord.from_dict(c) for c in doc["configs"]}
         prompts = list(doc["workload"]["prompts"])
-        extra = [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
         lines = terminal_summary(records, prompts, str(state.results_path), rooflines(doc))
-        lines += extra
-    elif state.used:
-        runner = state.runner
-        prompts = [p.id for p in runner.workload.prompts]
-        path = str(runner.options.results_path) if runner.options.results_path else None
-        lines = terminal_summary(runner.records, prompts, path, rooflines(runner.document()))
-        lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
-        if state.lossless_lines:
-            lines += ["lossless (greedy output vs the target without speculation):"]
-            lines += state.lossless_lines
-    else:
+        return lines + [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
+    if not state.used:
         return []
+    runner = state.runner
+    prompts = [p.id for p in runner.workload.prompts]
+    path = str(runner.options.results_path) if runner.options.results_path else None
+    lines = terminal_summary(runner.records, prompts, path, rooflines(runner.document()))
+    lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
+    if state.lossless_lines:
+        lines += ["lossless (greedy output vs the target without speculation):"]
+        lines += state.lossless_lines
     return lines
 
 

@@ -195,20 +195,22 @@ def engines_started_here(needle: str = "", root: str | None = None) -> list[int]
     process of that lineage instead), whose command line contains ``needle``. Found by the
     marker in their environment (Linux /proc), so engines of other runs are never counted."""
     own = root or lineage()
+    prefix = f"{ENGINE_MARKER}=".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
+            marks = [e[len(prefix) :].decode(errors="replace") for e in environ
+                     if e.startswith(prefix)]  # fmt: skip
+            if not any(m == own or m.startswith(own + "/") for m in marks):
+                continue
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):  # gone, or another user's process
             continue
-        marks = [e[len(ENGINE_MARKER) + 1 :].decode(errors="replace") for e in environ
-                 if e.startswith(ENGINE_MARKER.encode() + b"=")]  # fmt: skip
-        ours = any(m == own or m.startswith(own + "/") for m in marks)
-        if ours and state != "Z" and any(needle in arg for arg in argv):
+        if state != "Z" and any(needle in arg for arg in argv):
             pids.append(int(entry.name))
     return pids
 
