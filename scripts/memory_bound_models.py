@@ -41,8 +41,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
-from pytest_specdec.core.modelfile import cache_root, sha256_of
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+import hf_layout  # noqa: E402  (scripts/hf_layout.py, beside this file)
+
+from pytest_specdec.core.modelfile import cache_root, sha256_of  # noqa: E402
 
 GENERATOR = "pytest-specdec make-memory-bound-models 1"
 BASE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -167,13 +169,11 @@ def _tensors(recipe: Recipe, jobs: int) -> Iterator[np.ndarray]:
         pool.join()
 
 
-def write_model(out: Path, recipe: Recipe, jobs: int) -> dict[str, Any]:
-    """Write the model to ``out`` (atomically) and return its sidecar record."""
+def _gguf_writer(part: Path, recipe: Recipe) -> Any:
+    """A GGUF writer with the base's metadata, the new width and the recipe, header written."""
     from gguf import GGUFValueType, GGUFWriter, LlamaFileType
 
     reader = _BASE["reader"]
-    n_ff = int(reader.fields["llama.feed_forward_length"].contents()) + recipe.extra
-    part = out.with_name(out.name + ".part")
     writer = GGUFWriter(part, "llama")
     skip = {"general.architecture", "general.file_type", "llama.feed_forward_length"}
     skip |= {"general.name", "general.size_label"}
@@ -186,27 +186,79 @@ def write_model(out: Path, recipe: Recipe, jobs: int) -> dict[str, Any]:
     params = 0
     for name in _BASE["order"]:
         shape = _shape(name, recipe)
-        one_d = len(shape) == 1
-        dtype = np.dtype(np.float32 if one_d else np.float16)
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        writer.add_tensor_info(name, shape, dtype, nbytes)
+        dtype = _dtype(shape)
+        writer.add_tensor_info(name, shape, dtype, int(np.prod(shape)) * dtype.itemsize)
         params += int(np.prod(shape))
     label = f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M"
     writer.add_name(f"SmolLM2-135M widened to {label} (memory-bound {recipe.role})")
     writer.add_size_label(label)
     writer.add_file_type(int(LlamaFileType.MOSTLY_F16))
-    writer.add_feed_forward_length(n_ff)
+    writer.add_feed_forward_length(_n_ff(recipe))
     writer.add_string("specdec.recipe", json.dumps(asdict(recipe), sort_keys=True))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    for tensor in _tensors(recipe, jobs):
-        writer.write_tensor_data(tensor)
-    writer.close()
-    digest = sha256_of(part)
-    os.replace(part, out)
-    return {"recipe": asdict(recipe), "params": params, "n_ff": n_ff, "size": out.stat().st_size,
-            "sha256": digest}  # fmt: skip
+    return writer
+
+
+def _dtype(shape: tuple[int, ...]) -> np.dtype[Any]:
+    return np.dtype(np.float32 if len(shape) == 1 else np.float16)
+
+
+def _n_ff(recipe: Recipe) -> int:
+    return int(_BASE["reader"].fields["llama.feed_forward_length"].contents()) + recipe.extra
+
+
+def _hf_writer(folder: Path, recipe: Recipe) -> hf_layout.SafetensorsWriter:
+    folder.mkdir(parents=True, exist_ok=True)
+    entries = [(hf_layout.hf_name(n), _shape(n, recipe), _dtype(_shape(n, recipe)))
+               for n in _BASE["order"]]  # fmt: skip
+    meta = {"format": "pt", "specdec.recipe": json.dumps(asdict(recipe), sort_keys=True)}
+    return hf_layout.SafetensorsWriter(folder / hf_layout.SAFETENSORS, entries, meta)
+
+
+def _finish_hf(folder: Path, recipe: Recipe) -> None:
+    """config.json and the tokenizer files beside the weights."""
+    reader = _BASE["reader"]
+    metadata = hf_layout.scalar_metadata(reader)
+    vocab = int(_BASE["tensors"]["token_embd.weight"].shape[0])
+    tied = "output.weight" not in _BASE["tensors"]
+    config = hf_layout.hf_config(metadata, vocab, _n_ff(recipe), tied)
+    hf_layout.write_json(folder / "config.json", config)
+    hf_layout.write_tokenizer(_BASE["path"], folder)
+
+
+def write_model(outs: dict[str, Path], recipe: Recipe, jobs: int) -> dict[str, Any]:
+    """Write the model in each format of ``outs`` ("gguf": a file, "hf": a folder) in one
+    pass over the generated tensors, each published atomically; returns the sidecar record."""
+    gguf_part = outs["gguf"].with_name(outs["gguf"].name + ".part") if "gguf" in outs else None
+    gguf = _gguf_writer(gguf_part, recipe) if gguf_part else None
+    heads = hf_layout.heads_of(hf_layout.scalar_metadata(_BASE["reader"]))
+    hf = _hf_writer(outs["hf"], recipe) if "hf" in outs else None
+    try:
+        for name, tensor in zip(_BASE["order"], _tensors(recipe, jobs), strict=True):
+            if gguf is not None:
+                gguf.write_tensor_data(tensor)
+            if hf is not None:
+                hf.write(hf_layout.hf_name(name), heads.to_hf(name, tensor))
+        if hf is not None:
+            hf.close()
+            _finish_hf(outs["hf"], recipe)
+    except BaseException:
+        if hf is not None:
+            hf.abort()
+        raise
+    params = sum(int(np.prod(_shape(n, recipe))) for n in _BASE["order"])
+    record: dict[str, Any] = {"recipe": asdict(recipe), "params": params, "n_ff": _n_ff(recipe)}
+    if gguf is not None and gguf_part is not None:
+        gguf.close()
+        record["sha256"] = sha256_of(gguf_part)
+        os.replace(gguf_part, outs["gguf"])
+        record["size"] = outs["gguf"].stat().st_size
+    if hf is not None:
+        weights = outs["hf"] / hf_layout.SAFETENSORS
+        record["hf"] = {"sha256": sha256_of(weights), "size": weights.stat().st_size}
+    return record
 
 
 def base_shape(base: Path) -> tuple[int, int, int]:
@@ -232,25 +284,57 @@ def draft_recipe(base: Path, extra: int, scale: float, seed: int) -> Recipe:
     return Recipe("draft", extra, scale, seed, _BASE["sha256"])
 
 
+FORMATS = ("gguf", "hf")
+
+
+def hf_dir_for(gguf_path: Path) -> Path:
+    """The Hugging Face folder of a model: ``NAME.F16.gguf`` → ``NAME.hf``."""
+    return gguf_path.with_name(gguf_path.name.removesuffix(".F16.gguf") + ".hf")
+
+
+def _sidecar(fmt: str, path: Path) -> Path:
+    return path / hf_layout.SIDECAR if fmt == "hf" else path.with_name(path.name + ".json")
+
+
+def _weights_size(fmt: str, path: Path) -> int | None:
+    weights = path / hf_layout.SAFETENSORS if fmt == "hf" else path
+    return weights.stat().st_size if weights.is_file() else None
+
+
+def _cached(fmt: str, path: Path, recipe: Recipe) -> dict[str, Any] | None:
+    """The sidecar record of a model already made with ``recipe``, or None."""
+    sidecar = _sidecar(fmt, path)
+    if not sidecar.is_file():
+        return None
+    record: dict[str, Any] = json.loads(sidecar.read_text(encoding="utf-8"))
+    size = record.get("hf", {}).get("size") if fmt == "hf" else record.get("size")
+    if record.get("recipe") != asdict(recipe) or size != _weights_size(fmt, path):
+        return None
+    return record
+
+
 def make(
-    base: Path, out_dir: Path, recipe: Recipe, jobs: int, force: bool = False
-) -> tuple[Path, dict[str, Any], bool]:
-    """The model for ``recipe`` in ``out_dir``: made, or found with the same recipe and size.
-    Returns (path, sidecar record, made now)."""
-    path = out_dir / recipe.file_name(*base_shape(base))
-    sidecar = path.with_name(path.name + ".json")
-    if not force and path.is_file() and sidecar.is_file():
-        record = json.loads(sidecar.read_text(encoding="utf-8"))
-        if record.get("recipe") == asdict(recipe) and record.get("size") == path.stat().st_size:
-            return path, record, False
+    base: Path, out_dir: Path, recipe: Recipe, jobs: int, force: bool = False,
+    formats: tuple[str, ...] = ("gguf",),
+) -> tuple[Path, dict[str, Any], bool]:  # fmt: skip
+    """The model for ``recipe`` in ``out_dir``, in each of ``formats``: made, or found with the
+    same recipe and size. Returns (path of the first format, sidecar record, made now)."""
+    gguf = out_dir / recipe.file_name(*base_shape(base))
+    paths = {"gguf": gguf, "hf": hf_dir_for(gguf)}
+    found = {f: None if force else _cached(f, paths[f], recipe) for f in formats}
+    missing = {f: paths[f] for f in formats if found[f] is None}
+    if not missing:
+        return paths[formats[0]], dict(found[formats[0]] or {}), False
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    record = write_model(path, recipe, jobs)
+    record = write_model(missing, recipe, jobs)
     record["seconds"] = round(time.perf_counter() - start, 1)
-    tmp = sidecar.with_name(sidecar.name + ".part")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, sidecar)
-    return path, record, True
+    known = found.get("gguf") or (_cached("gguf", gguf, recipe) if "hf" in missing else None)
+    if known and "sha256" not in record:  # the same recipe: the same bytes, made before
+        record.update(sha256=known["sha256"], size=known["size"])
+    for fmt, path in missing.items():
+        hf_layout.write_json(_sidecar(fmt, path), record)
+    return paths[formats[0]], record, True
 
 
 def _nonnegative(value: str) -> float:
@@ -274,6 +358,16 @@ def _count(least: int) -> Callable[[str], int]:
         return number
 
     return parse
+
+
+def _formats(value: str) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    wrong = [v for v in chosen if v not in FORMATS]
+    if wrong or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: formats are {', '.join(FORMATS)} (comma-separated, e.g. gguf,hf)"
+        )
+    return chosen
 
 
 def parser() -> argparse.ArgumentParser:
@@ -323,6 +417,13 @@ def parser() -> argparse.ArgumentParser:
         default=os.cpu_count() or 1,
         help="worker processes (default: all cores)",
     )
+    p.add_argument(
+        "--format",
+        type=_formats,
+        default=("gguf",),
+        help="gguf (llama.cpp), hf (SGLang, vLLM: NAME.hf/ with config.json, "
+        "model.safetensors, tokenizer) or gguf,hf: both from one pass (default gguf)",
+    )
     p.add_argument("--force", action="store_true", help="remake files that exist")
     return p  # fmt: skip
 
@@ -344,10 +445,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make-memory-bound-models: {exc}", file=sys.stderr)
         return 2
     for recipe in recipes:
-        path, record, made = make(args.base, args.out, recipe, args.jobs, args.force)
+        _, record, made = make(args.base, args.out, recipe, args.jobs, args.force, args.format)
         how = f"made in {record['seconds']} s" if made else "cached"
-        size = f"{record['params'] / 1e9:.2f}B params, {record['size'] / 1e9:.2f} GB"
-        print(f"{recipe.role}: {path} ({size}, sha256 {record['sha256'][:16]}…, {how})")
+        gguf = args.out / recipe.file_name(*base_shape(args.base))
+        for fmt in args.format:
+            where, info = (hf_dir_for(gguf), record["hf"]) if fmt == "hf" else (gguf, record)
+            size = f"{record['params'] / 1e9:.2f}B params, {info['size'] / 1e9:.2f} GB"
+            print(f"{recipe.role}: {where} ({size}, sha256 {info['sha256'][:16]}…, {how})")
     return 0
 
 

@@ -94,7 +94,11 @@ def model_identity(path_or_id: str) -> dict[str, Any]:
     path = Path(path_or_id)
     if path.is_dir():
         weights = safetensors_weights(path)
-        return {"id": path_or_id, "sha256": None, "size": None, "weights": weights}
+        files = folder_files(path)
+        digest = folder_sha256(path) if files else None
+        size = sum(f.stat().st_size for f in files) or None
+        return {"id": path.name, "path": str(path), "sha256": digest, "size": size,
+                "weights": weights}  # fmt: skip  # fmt: skip
     if not path.is_file():
         return {"id": path_or_id, "sha256": None, "size": None}
     out: dict[str, Any] = {
@@ -109,6 +113,18 @@ def model_identity(path_or_id: str) -> dict[str, Any]:
         except ModelFileError as exc:
             out["weights"] = {"bytes_per_token": None, "reason": str(exc)}
     return out
+
+
+def folder_files(folder: Path) -> list[Path]:
+    """What defines a Hugging Face model folder: its config and its weights."""
+    return sorted([*folder.glob("*.safetensors"), *folder.glob("config.json")])
+
+
+def folder_sha256(folder: Path) -> str:
+    """One digest for a model folder: the sha256 of "name sha256" lines of its config and
+    weight files (each hashed once and cached, as single files are)."""
+    lines = "".join(f"{f.name} {file_sha256(f)}\n" for f in folder_files(folder))
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 # ------------------------------------------------------------------------------- GGUF
