@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.values import (
+    engine_args,
     engine_name,
     fail_on,
     int_list,
@@ -157,6 +158,17 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             default=None,
             metavar="URL",
             help="measure this running server instead of booting one; --spec-config is a label",
+        ),
+    ),
+    (
+        "--specdec-engine-args",
+        dict(
+            type=engine_args,
+            default=(),
+            metavar="'ARGS'",
+            help="more engine flags for every config, appended after the suite file's "
+            "extra_args, shell-quoted and given with '=' (e.g. "
+            "--specdec-engine-args='--attention-backend triton'); part of the baseline key",
         ),
     ),
     (

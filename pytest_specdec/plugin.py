@@ -45,6 +45,12 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """How the run resolved what it was asked for (e.g. a config only another engine has)."""
+    state = config.stash.get(STASH_KEY, None)
+    return [f"specdec: {note}" for note in state.notes] if state is not None else []
+
+
 @dataclass(frozen=True)
 class Slot:
     """One server session of one config; sessions of different configs interleave (A B A B)."""

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_specdec.core.configs import ConfigError, SpecConfig, load_registry, split_names
-from pytest_specdec.core.suitefile import load_suite_settings
+from pytest_specdec.core.suitefile import load_suite_settings, with_engine_args
 from pytest_specdec.core.workloads import WorkloadError, load_workload
 from pytest_specdec.engines.container import DockerSettings
 from pytest_specdec.engines.launch import LaunchError
@@ -38,7 +38,9 @@ class SpecdecState:
                 "TOML file (see suites/specdec.toml)"
             )
         try:
-            self.suite = load_suite_settings(suite_path)
+            self.suite = with_engine_args(
+                load_suite_settings(suite_path), getopt("--specdec-engine-args")
+            )
             files = [p for p in (suite_path,) if p.exists()] + list(getopt("--specdec-config-file"))
             engine = getopt("--specdec-engine") or self.suite.engine
             self.registry = load_registry(
@@ -50,8 +52,14 @@ class SpecdecState:
                 names = [reference, *(n for n in names if n != reference)]
             url = getopt("--specdec-server-url")
             self.configs: list[SpecConfig] = resolve_configs(
-                names, engine, self.registry, url is not None
-            )
+                names, engine, self.registry, url is not None,
+                any_engine=getopt("--specdec-engine") is None,
+            )  # fmt: skip
+            self.notes = [
+                f"spec config {c.name!r} exists only for engine {c.engine}: running it on "
+                f"{c.engine} (the suite's default engine is {engine})"
+                for c in self.configs if c.engine != engine and engine != "openai"
+            ]  # fmt: skip
             self.workload = load_workload(getopt("--specdec-workload") or self.suite.workload)
         except (ConfigError, WorkloadError) as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -81,7 +89,10 @@ class SpecdecState:
                 )
         self.options = RunOptions(
             engine=engine,
-            config_names=tuple(names),
+            config_names=tuple(  # a name resolved on another engine travels qualified
+                c.qualified_name if c.engine != engine else n
+                for c, n in zip(self.configs, names, strict=True)
+            ),
             runs=getopt("--specdec-runs"),
             max_tokens=getopt("--specdec-max-tokens"),
             warmup=not getopt("--specdec-no-warmup"),
@@ -139,6 +150,7 @@ class SpecdecState:
         if self._runner is None:
             gpu = GpuSession(self.gpu_options, self.worker_id, self.n_workers)
             self._runner = Runner(self.options, self.registry, self.suite, self.workload, gpu=gpu)
+            self._runner.notes[:0] = self.notes
             _STATES[id(self._runner)] = self
         return self._runner
 

@@ -46,7 +46,8 @@ def suite_project(pytester: pytest.Pytester) -> pytest.Pytester:
     # pytester gives subprocesses their own HOME: point them at the real engine cache.
     suite_file = pytester.path / "suites" / "specdec.toml"
     real_cache = str(CACHE)
-    suite_file.write_text(suite_file.read_text().replace("~/.cache/pytest-specdec", real_cache))
+    text = suite_file.read_text().replace("~/.cache/pytest-specdec", real_cache)
+    suite_file.write_text(text.replace("$SPECDEC_CACHE", real_cache))
     pytester.makeini("[pytest]\naddopts = --strict-markers\n")
     return pytester
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,12 @@ from pytest_specdec.core.configs import (
     preset_configs,
     split_names,
 )
-from pytest_specdec.core.suitefile import load_suite_settings, resolve_model_path
+from pytest_specdec.core.suitefile import (
+    load_suite_settings,
+    resolve_model_path,
+    with_engine_args,
+)
+from pytest_specdec.core.values import engine_args
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -125,3 +131,50 @@ def test_suite_file_errors(tmp_path: Path) -> None:
 def test_model_paths_resolve(tmp_path: Path) -> None:
     assert resolve_model_path("m.gguf", tmp_path) == str(tmp_path / "m.gguf")
     assert resolve_model_path("Qwen/Qwen3-8B", tmp_path) == "Qwen/Qwen3-8B"
+
+
+def test_a_name_only_one_engine_has_resolves_there_when_no_engine_was_asked() -> None:
+    reg = Registry(preset_configs())
+    assert reg.resolve("ddtree-b15", "llamacpp", any_engine=True).engine == "sglang"
+    assert reg.resolve("draft-d4", "llamacpp", any_engine=True).engine == "llamacpp"
+    with pytest.raises(ConfigError, match="unknown spec config 'ddtree-b15' for engine llamacpp"):
+        reg.resolve("ddtree-b15", "llamacpp")  # --specdec-engine llamacpp was asked for
+    # a name several other engines have is ambiguous: the error names the qualified choices
+    with pytest.raises(ConfigError, match=r"exists for engines sglang, vllm.*sglang:eagle3"):
+        reg.resolve("eagle3", "llamacpp", any_engine=True)
+
+
+def test_model_paths_honour_specdec_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "scratch"))
+    got = resolve_model_path("$SPECDEC_CACHE/models/m.gguf", None)
+    assert got == str(tmp_path / "scratch" / "models" / "m.gguf")
+    assert resolve_model_path("${SPECDEC_CACHE}/models/x.hf", None).startswith(str(tmp_path))
+    monkeypatch.delenv("SPECDEC_CACHE")  # unset: its default, never a literal "$SPECDEC_CACHE"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert resolve_model_path("$SPECDEC_CACHE/models/m.gguf", None) == str(
+        tmp_path / ".cache" / "pytest-specdec" / "models" / "m.gguf"
+    )
+
+
+def test_gpu_suite_file_defaults_to_sglang() -> None:
+    suite = load_suite_settings(REPO / "suites" / "specdec-gpu.toml")
+    assert suite.engine == "sglang"
+    sglang = suite.models_for("sglang")
+    assert sglang.target and sglang.target.endswith("mb-smollm2-7.4b-s0.1-seed1.hf")
+    assert {"draft", "far", "dflash", "eagle3"} <= set(sglang.drafts)
+    settings = suite.engine_settings("sglang")
+    assert settings.api == "native" and "--disable-prefill-cuda-graph" in settings.extra_args
+    reg = load_registry([REPO / "suites" / "specdec-gpu.toml"], default_engine="sglang")
+    for name in ("baseline", "ngram", "standalone-d4", "standalone-d16", "dflash-b16", "eagle3"):
+        cfg = reg.resolve(name, "sglang")
+        assert cfg.draft is None or cfg.draft in sglang.drafts, name
+
+
+def test_engine_args_extend_every_engine() -> None:
+    suite = with_engine_args(load_suite_settings(REPO / "suites" / "specdec.toml"),
+                             engine_args("--attention-backend triton"))  # fmt: skip
+    assert suite.engine_settings("llamacpp").extra_args[-2:] == ("--attention-backend", "triton")
+    assert suite.engine_settings("sglang").extra_args[-1] == "triton"
+    for bad, message in (("'--x", "not a shell-quoted"), ("triton", "must start with a flag")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            engine_args(bad)

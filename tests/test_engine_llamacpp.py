@@ -135,7 +135,7 @@ def test_missing_model_file_is_a_clear_error(
         "suites/test_throughput.py", "--specdec-model", "/nonexistent/model.gguf", *FAST
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*target model file /nonexistent/model.gguf does not exist*"])
+    result.stdout.fnmatch_lines(["*target model /nonexistent/model.gguf does not exist*"])
 
 
 def test_external_server_is_measured_under_a_label(

@@ -104,7 +104,16 @@ def test_presets_are_exactly_the_shipped_ones() -> None:
     names = {e: sorted(c.name for c in presets_of(e)) for e in ENGINES}
     assert names == {
         "llamacpp": ["baseline", "draft-d16", "draft-d4", "ngram"],
-        "sglang": ["baseline", "ddtree-b15", "ddtree-b16", "dflash-b16", "eagle3", "ngram"],
+        "sglang": [
+            "baseline",
+            "ddtree-b15",
+            "ddtree-b16",
+            "dflash-b16",
+            "eagle3",
+            "ngram",
+            "standalone-d16",
+            "standalone-d4",
+        ],
         "vllm": ["baseline", "dflash-b16", "eagle3", "ngram"],
     }
     assert len({c.qualified_name for c in PRESETS}) == len(PRESETS)

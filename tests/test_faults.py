@@ -43,6 +43,7 @@ from pytest_specdec.engines.launch import (
     LaunchError,
     engines_started_here,
     free_port,
+    group_members,
     start_process,
     stop_process,
     wait_ready,
@@ -234,7 +235,7 @@ def test_missing_model_file_named_by_the_config_fails_before_booting(
         "-k", "haiku", *SMALL, timeout=120,
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines([f"*[[]mine[]] target model file {missing} does not exist*"])
+    result.stdout.fnmatch_lines([f"*[[]mine[]] target model {missing} does not exist*"])
     assert time.monotonic() - start < 60
     assert not (suite_project.path / "logs").exists()  # nothing was started
 
@@ -815,3 +816,18 @@ def test_gpu_lost_mid_run_keeps_measuring_and_records_when(
     assert 0.05 < dev["lost_at_s"] <= lost["duration_s"] and dev["samples"] >= 2
     assert after["telemetry_lost"] and after["devices"][0]["samples"] == 0
     assert after["energy_j"] is None and after["devices"][0]["power_w"] is None
+
+
+def test_a_stop_returns_once_every_process_of_the_engine_is_gone(tmp_path: Path) -> None:
+    """SGLang's scheduler and detokenizer outlive its main process by seconds and hold the
+    GPU until they exit: the stop waits for the whole process group, not just its leader."""
+    worker = "trap '' TERM; sleep 60"  # a child that ignores SIGTERM, as a busy worker may
+    proc = start_process(
+        ["bash", "-c", f'bash -c "{worker}" & exec sleep 60'], {}, tmp_path / "engine.log"
+    )
+    deadline = time.monotonic() + 5
+    while len(group_members(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(group_members(proc.pid)) == 2  # the leader and its worker
+    stop_process(proc, grace_s=2)
+    assert group_members(proc.pid) == []

@@ -24,7 +24,7 @@ from pytest_specdec.engines.lint import (
     unknown_flags,
 )
 
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = "0.5.17"  # the default of ./scripts/install-sglang-parser
 HELP = """\
 -h,    --help, --usage                  print usage and exit
 -md,   --spec-draft-model, --model-draft FNAME
@@ -112,7 +112,7 @@ def _sglang_spec(cfg_name: str, python: str, extra: tuple[str, ...] = ()) -> tup
     return engine, engine.build_command(BootContext(cfg, "org/target", draft, "127.0.0.1", 30000))
 
 
-UPSTREAM = ["baseline", "dflash-b16", "eagle3", "ngram"]
+UPSTREAM = ["baseline", "dflash-b16", "eagle3", "ngram", "standalone-d4", "standalone-d16"]
 
 
 @pytest.mark.parametrize("name", UPSTREAM)
@@ -149,7 +149,10 @@ def test_sglang_parser_rejects_a_bad_value(sglang_python: str) -> None:
 KEY_PROBE = r"""
 import argparse, json, sys
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+try:  # 0.5.23 and later
+    from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+except ImportError:  # 0.5.17
+    from sglang.srt.server_args_config_parser import ConfigArgumentMerger
 parser = argparse.ArgumentParser(prog="sglang serve")
 ServerArgs.add_cli_args(parser)
 argv = ConfigArgumentMerger(parser).merge_config_with_args(json.loads(sys.argv[1]))
@@ -174,3 +177,33 @@ def test_sglang_reads_the_key_file_the_adapter_writes(sglang_python: str, tmp_pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == key
     assert engine.lint(spec) == []  # type: ignore[attr-defined]
+
+
+def test_the_gpu_suite_file_settings_parse(sglang_python: str) -> None:
+    """suites/specdec-gpu.toml's engine flags with every upstream preset, through the parser
+    of the release GPU runners have."""
+    from pytest_specdec.core.suitefile import load_suite_settings
+
+    settings = load_suite_settings(Path(__file__).parent.parent / "suites" / "specdec-gpu.toml")
+    extra = settings.engine_settings("sglang").extra_args
+    for name in UPSTREAM:
+        engine, spec = _sglang_spec(name, sglang_python, extra)
+        assert engine.lint(spec) == [], name  # type: ignore[attr-defined]
+
+
+def test_ddtree_on_a_runner_with_sglang_names_what_is_missing(
+    sglang_python: str, suite_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pytest suites --spec-config ddtree-b15`, no engine flag, SGLang installed: the run goes
+    to SGLang and stops before booting, naming the interface the installed SGLang lacks."""
+    monkeypatch.setenv("SPECDEC_SGLANG_PYTHON", sglang_python)
+    result = suite_project.runpytest_subprocess(
+        "suites/test_throughput.py", "--spec-config", "ddtree-b15", "-k", "fibonacci",
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*config sglang:ddtree-b15 needs the interface sglang-pr-29907*which the installed "
+        f"sglang {SGLANG_VERSION} does not have*--speculative-algorithm DDTREE: not an "
+        "algorithm of the installed SGLang*",
+    ])  # fmt: skip

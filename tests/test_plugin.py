@@ -130,3 +130,31 @@ def test_sessions_interleave_and_judge_once(suite_project: pytest.Pytester) -> N
             "22/24 tests collected (2 deselected)*",
         ]
     )
+
+
+def test_a_config_only_sglang_has_runs_on_sglang_and_says_so(
+    suite_project: pytest.Pytester,
+) -> None:
+    """The mission's command with no engine flag: ddtree-b15 exists for SGLang alone."""
+    result = suite_project.runpytest_subprocess(
+        "suites/test_throughput.py", "--collect-only", "-q", "--spec-config", "ddtree-b15"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*[[]ddtree-b15-fibonacci[]]", "*6 tests collected*"])
+    header = suite_project.runpytest_subprocess(
+        "suites/test_throughput.py", "--collect-only", "--spec-config", "ddtree-b15"
+    )
+    header.stdout.fnmatch_lines(
+        ["specdec: spec config 'ddtree-b15' exists only for engine sglang: running it on sglang*"]
+    )
+    asked = suite_project.runpytest_subprocess(
+        "suites", "--collect-only", "--specdec-engine", "llamacpp", "--spec-config", "ddtree-b15"
+    )
+    assert asked.ret == pytest.ExitCode.USAGE_ERROR  # an engine was named: no guessing
+    asked.stderr.fnmatch_lines(["*unknown spec config 'ddtree-b15' for engine llamacpp*"])
+
+
+def test_engine_args_reach_the_engine_and_the_key(suite_project: pytest.Pytester) -> None:
+    bad = suite_project.runpytest_subprocess("suites", "--specdec-engine-args", "oops")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--specdec-engine-args*must start with a flag*"])

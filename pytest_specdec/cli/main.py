@@ -53,11 +53,13 @@ def cmd_configs_lint(args: argparse.Namespace) -> int:
         print(f"specdec: cannot lint {cfg.qualified_name}: {exc}", file=sys.stderr)
         return 3
     for finding in findings:
-        print(f"{cfg.qualified_name}: {finding}")
+        print(
+            f"{cfg.qualified_name}: {finding} (checked against {engine.version() or engine.name})"
+        )
     if findings and cfg.interface != "upstream":
         print(f"{cfg.qualified_name}: note: this config assumes interface {cfg.interface}")
     if not findings:
-        print(f"{cfg.qualified_name}: ok ({engine.name} accepts every flag)")
+        print(f"{cfg.qualified_name}: ok ({engine.version() or engine.name} accepts every flag)")
     return 1 if findings else 0
 
 

@@ -207,9 +207,23 @@ class Registry:
             return [c.qualified_name for c in self.all()]
         return [c.name for c in self.all(engine)]
 
-    def resolve(self, name: str, engine: str) -> SpecConfig:
-        """Find ``name`` (or ``engine:name``); raise ConfigError listing the valid names."""
+    def engines_having(self, name: str) -> list[str]:
+        return sorted(e for e, n in self._by_key if n == name)
+
+    def resolve(self, name: str, engine: str, any_engine: bool = False) -> SpecConfig:
+        """Find ``name`` (or ``engine:name``); raise ConfigError listing the valid names. With
+        ``any_engine`` (no engine was asked for), an unqualified name that ``engine`` lacks and
+        exactly one other engine has resolves to that engine's config."""
         eng, _, short = name.rpartition(":")
+        if not eng and any_engine and (engine, short) not in self._by_key:
+            owners = self.engines_having(short)
+            if len(owners) == 1:
+                return self._by_key[(owners[0], short)]
+            if owners:
+                raise ConfigError(
+                    f"spec config {name!r} exists for engines {', '.join(owners)}, not for "
+                    f"{engine}; name one: {', '.join(f'{o}:{short}' for o in owners)}"
+                )
         eng = eng or engine
         if eng not in ENGINES:
             raise ConfigError(

@@ -21,12 +21,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.configs import ENGINES, ConfigError, read_toml
+from pytest_specdec.core.modelfile import cache_root
 
 SUITE_KEYS = {"suite", "models", "engines", "configs"}
 ENGINE_KEYS = {"binary", "python", "extra_args", "startup_timeout_s", "env", "api"}
@@ -76,8 +77,21 @@ class SuiteSettings:
         return self.engines.get(engine, EngineSettings())
 
 
+def with_engine_args(suite: SuiteSettings, args: Sequence[str]) -> SuiteSettings:
+    """``suite`` with ``args`` appended to every engine's extra_args (--specdec-engine-args)."""
+    if not args:
+        return suite
+    engines = {e: suite.engine_settings(e) for e in ENGINES}
+    return replace(suite, engines={e: replace(s, extra_args=(*s.extra_args, *args))
+                                   for e, s in engines.items()})  # fmt: skip
+
+
 def resolve_model_path(value: str, base: Path | None) -> str:
-    """Expand ``~``; relative file paths are relative to the suite file; hub ids pass through."""
+    """Expand ``~``, ``$SPECDEC_CACHE`` (its default, ``~/.cache/pytest-specdec``, when unset)
+    and other variables; relative file paths are relative to the suite file; hub ids pass
+    through."""
+    for name in ("${SPECDEC_CACHE}", "$SPECDEC_CACHE"):
+        value = value.replace(name, str(cache_root()))
     expanded = os.path.expandvars(os.path.expanduser(value))
     if expanded.startswith((".", "/")) or expanded.endswith(".gguf"):
         path = Path(expanded)

@@ -7,6 +7,7 @@ naming the value and the fix (pytest and argparse turn it into a usage error nam
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 from urllib.parse import urlparse
 
@@ -44,6 +45,22 @@ def engine_name(value: str) -> str:
             f"unknown engine {value!r}; choose one of {', '.join(ENGINE_CHOICES)}"
         )
     return value
+
+
+def engine_args(value: str) -> tuple[str, ...]:
+    """Shell-quoted engine flags (``'--attention-backend triton'``) as an argv tail."""
+    try:
+        args = tuple(shlex.split(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a shell-quoted argument list ({exc}); quote it like "
+            "'--attention-backend triton'"
+        ) from None
+    if args and not args[0].startswith("-"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} must start with a flag (e.g. '--disable-cuda-graph'), not {args[0]!r}"
+        )
+    return args
 
 
 def server_url(value: str) -> str:

@@ -166,8 +166,25 @@ def _kill_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def stop_process(proc: EngineProcess, grace_s: float = 10.0) -> int | None:
-    """SIGTERM the engine's whole process group, then SIGKILL after ``grace_s``."""
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid`` (Linux /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out
+
+
+def stop_process(proc: EngineProcess, grace_s: float = 10.0, gone_s: float = 15.0) -> int | None:
+    """SIGTERM the engine's whole process group, SIGKILL after ``grace_s``, then wait (up to
+    ``gone_s``) until no process of the group is left: an engine's workers (SGLang's scheduler
+    and detokenizer) outlive its main process by seconds and hold the GPU until they exit."""
     pid = proc.pid
     if proc.process.poll() is None:
         _kill_group(pid, signal.SIGTERM)
@@ -177,6 +194,9 @@ def stop_process(proc: EngineProcess, grace_s: float = 10.0) -> int | None:
             _kill_group(pid, signal.SIGKILL)
             proc.process.wait(5)
     _kill_group(pid, signal.SIGKILL)  # stragglers the engine spawned in its group
+    deadline = time.monotonic() + gone_s
+    while group_members(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     _LIVE.pop(pid, None)
     return proc.process.returncode
 

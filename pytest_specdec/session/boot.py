@@ -62,13 +62,16 @@ class Server:
 
 
 def resolve_configs(
-    names: Iterable[str], engine: str, registry: Registry, external: bool
-) -> list[SpecConfig]:
-    """Registry lookup; with an external server any name is accepted as a label."""
+    names: Iterable[str], engine: str, registry: Registry, external: bool,
+    any_engine: bool = False,
+) -> list[SpecConfig]:  # fmt: skip
+    """Registry lookup; with an external server any name is accepted as a label. With
+    ``any_engine`` (no --specdec-engine given), a name only one engine has resolves there."""
     out: list[SpecConfig] = []
     for name in names:
         try:
-            out.append(registry.resolve(name, engine if engine != "openai" else "llamacpp"))
+            lookup = engine if engine != "openai" else "llamacpp"
+            out.append(registry.resolve(name, lookup, any_engine and not external))
         except ConfigError:
             if not external:
                 raise
@@ -118,10 +121,11 @@ class Booter:
             if (
                 path
                 and (path.endswith(".gguf") or path.startswith(("/", ".")))
-                and not Path(path).is_file()
+                and not Path(path).exists()
             ):
                 raise ConfigError(
-                    f"{role} model file {path} does not exist; run ./scripts/setup or fix the path"
+                    f"{role} model {path} does not exist; make it (./scripts/setup for the CPU "
+                    "models, docs/gpu-run.md for the GPU ones) or fix the path"
                 )
         return target, draft
 
@@ -231,12 +235,21 @@ class Booter:
             record.extra["lint"] = f"not checked: {exc}"
             return
         record.extra["lint"] = [str(f) for f in findings]
-        if findings:
-            listed = "; ".join(str(f) for f in findings)
+        if not findings:
+            return
+        listed = "; ".join(str(f) for f in findings)
+        installed = record.engine_version or engine.name
+        if cfg.interface != "upstream":
             raise ConfigError(
-                f"config {cfg.qualified_name} (interface {cfg.interface}) has flags the installed "
-                f"{engine.name} does not accept: {listed}; fix the config or pass --specdec-no-lint"
+                f"config {cfg.qualified_name} needs the interface {cfg.interface} ("
+                f"{cfg.description}), which the installed {installed} does not have: {listed}; "
+                "install an engine build with that interface, or pick an upstream config "
+                "(specdec configs list)"
             )
+        raise ConfigError(
+            f"config {cfg.qualified_name} has flags the installed {installed} does not accept: "
+            f"{listed}; fix the config or pass --specdec-no-lint"
+        )
 
     def probe(self, server: Server) -> Callable[[], bool]:
         """One readiness probe, bounded: a hung listener on the port must not stall the boot."""

@@ -147,9 +147,12 @@ class Steps:
             after = await engine.spec_counters(client)
             if after is not None:
                 stats = engine.accept_from_counters(before, after)
-                if rec.accept_length is None and stats.get("accept_length") is not None:
-                    rec.accept_length = stats["accept_length"]
+                counted = stats.get("accept_length")
+                if rec.accept_length is None and counted is not None:
+                    rec.accept_length = counted
                     rec.accept_source = "metrics-delta"
+                elif counted is not None:  # per request and from the counters: both kept
+                    rec.extra["accept_length_metrics"] = counted
                 if stats.get("verify_steps") is not None and rec.verify_steps is None:
                     rec.verify_steps = int(stats["verify_steps"] or 0)
                 per_pos = {k: v for k, v in stats.items() if k.startswith("accept_rate_pos")}
