@@ -91,9 +91,9 @@ def test_environment_change_against_the_latest_baseline_session() -> None:
     assert engine_env_change({}, config) is None  # an older baseline recorded none
 
 
-def judged(name: str, allow_mismatch: bool = False) -> list[Any]:
+def judged(name: str, allow_mismatch: bool = False, prefix: str = "h200-memory-bound") -> list[Any]:
     """The run's verdicts again, as the plugin made them: Holm across the run's configs."""
-    doc = json.loads((RUNS / f"h200-memory-bound-{name}.json").read_text())
+    doc = json.loads((RUNS / f"{prefix}-{name}.json").read_text())
     policy = VerdictPolicy()
     found = [
         judge_baseline(doc, cfg, REPO / "baselines", policy, allow_mismatch)
@@ -123,6 +123,22 @@ def test_h200_worse_drafter_is_a_drafter_regression_once_forced() -> None:
     (j,) = judged("far-draft", allow_mismatch=True)
     assert j.outcome == "REGRESSED" and j.cause == "drafter", j.message
     assert any(n.startswith("FORCED comparison") for n in j.notes)
+
+
+def test_sglang_worse_drafter_with_cheaper_steps_is_the_drafter() -> None:
+    """SGLang on the H200, standalone-d16 with the far draft: accept length -56%, and each
+    verify step got cheaper (+44% steps/s), which made up part of the loss: the drafter."""
+    (j,) = judged("far-draft", allow_mismatch=True, prefix="h200-sglang")
+    assert j.outcome == "REGRESSED" and j.cause == "drafter", j.message
+    assert j.suite is not None and j.suite.ratio == pytest.approx(0.635, abs=0.005)
+    assert "each step got cheaper" in j.message
+
+
+def test_a_step_that_moved_against_the_verdict_is_not_its_cause() -> None:
+    cause, text = attribute(verdict(Outcome.REGRESSED, 0.64), accept(4.5, 10.2))
+    assert cause == "drafter" and "cheaper" in str(text)
+    cause, text = attribute(verdict(Outcome.REGRESSED, 0.80), accept(4.4, 4.0))
+    assert cause == "kernel" and "moved the other way" in str(text)
 
 
 def test_h200_rerun_and_a_change_below_delta_are_not_flagged() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -131,8 +132,15 @@ def test_identity_of_hub_ids_and_safetensors_folders(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "model-00001.safetensors").write_bytes(b"x" * 300)
     (folder / "model-00002.safetensors").write_bytes(b"x" * 200)
+    (folder / "config.json").write_text("{}")
     identity = model_identity(str(folder))
-    assert identity["id"] == str(folder) and identity["weights"]["bytes_per_token"] == 500
+    assert identity["id"] == "hf" and identity["weights"]["bytes_per_token"] == 500
+    assert identity["size"] == 502 and len(identity["sha256"]) == 64
+    moved = tmp_path / "elsewhere" / "hf"
+    shutil.copytree(folder, moved)
+    assert model_identity(str(moved))["sha256"] == identity["sha256"]  # its files, not its path
+    (moved / "config.json").write_text('{"x": 1}')
+    assert model_identity(str(moved))["sha256"] != identity["sha256"]
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "no *.safetensors" in model_identity(str(empty))["weights"]["reason"]

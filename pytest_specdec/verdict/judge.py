@@ -142,6 +142,19 @@ def attribute(
         )
     if not moved:
         return None, f"accept length moved ({facts}) without a decided change in tok/s"
+    against = math.log(step) * math.log(verdict.ratio) < 0  # the steps moved the other way
+    if against and math.log(accept_ratio) * math.log(verdict.ratio) > 0:
+        fewer, pace = ("fewer", "cheaper") if accept_ratio < 1 else ("more", "dearer")
+        return "drafter", (
+            f"cause: drafter: {fewer} drafted tokens are accepted per step ({facts}); each step "
+            f"got {pace}, which made up part of it: not the kernels"
+        )
+    if math.log(accept_ratio) * math.log(verdict.ratio) < 0 and not against:
+        pace = "slower" if step < 1 else "faster"
+        return "kernel", (
+            f"cause: kernel side: each verify step got {pace} ({facts}), against the accept "
+            "length, which moved the other way: not the drafter"
+        )
     if abs(math.log(step)) < abs(math.log(accept_ratio)) / 3:
         fewer = "fewer" if accept_ratio < 1 else "more"
         return "drafter", (
