@@ -76,6 +76,13 @@ def _shared(target: Mapping[str, Any]) -> dict[str, Any]:
     return {**out, "hidden_act": "silu", "attention_bias": False, "torch_dtype": "float16"}
 
 
+def _one_layer(hidden: int, heads: int, kv: int, head_dim: int, ffn: int) -> dict[str, Any]:
+    """The config fields of a one-layer drafter with its own head count and width."""
+    return {"hidden_size": hidden, "num_hidden_layers": 1, "num_attention_heads": heads,
+            "num_key_value_heads": kv, "head_dim": head_dim, "intermediate_size": ffn,
+            "tie_word_embeddings": False}  # fmt: skip
+
+
 def _layer(
     prefix: str, hidden: int, heads: int, kv: int, head_dim: int, ffn: int, attn_in: int
 ) -> Shapes:
@@ -99,13 +106,7 @@ def dflash(target: Mapping[str, Any], block_size: int, ffn: int) -> tuple[dict[s
     config = {
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
-        "hidden_size": hidden,
-        "num_hidden_layers": 1,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "head_dim": head_dim,
-        "intermediate_size": ffn,
-        "tie_word_embeddings": False,
+        **_one_layer(hidden, heads, kv, head_dim, ffn),
         "use_sliding_window": False,
         "block_size": block_size,
         "num_target_layers": layers,
@@ -133,14 +134,8 @@ def eagle3(target: Mapping[str, Any], ffn: int) -> tuple[dict[str, Any], Shapes]
     config = {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
-        "hidden_size": hidden,
         "target_hidden_size": hidden,
-        "num_hidden_layers": 1,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "head_dim": head_dim,
-        "intermediate_size": ffn,
-        "tie_word_embeddings": False,
+        **_one_layer(hidden, heads, kv, head_dim, ffn),
         "draft_vocab_size": vocab,
         "eagle_config": {
             "eagle_aux_hidden_state_layer_ids": captured,
