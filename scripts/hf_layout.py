@@ -249,7 +249,7 @@ def write_tokenizer(gguf: Path, out_dir: Path) -> None:
     tokens: list[str] = fields["tokenizer.ggml.tokens"]
     merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"]]
     tokenizer = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-    split = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+    split: list[Any] = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
     if kind[1] == "smollm":
         split.insert(0, pre_tokenizers.Digits(individual_digits=True))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(split)
