@@ -170,7 +170,7 @@ def test_knob_lowers_acceptance_and_regressions_are_told_apart(
     assert worse.ret == pytest.ExitCode.TESTS_FAILED, worse.stdout.str()
     (verdict,) = worse_doc["verdicts"]
     assert verdict["outcome"] == "REGRESSED" and verdict["cause"] == "drafter", verdict
-    worse.stdout.fnmatch_lines(["*REGRESSED*cause: drafter: the accept length explains*"])
+    worse.stdout.fnmatch_lines(["*REGRESSED*cause: drafter: *accept*"])
     # The same drafts verified one token per pass, on one thread: slower steps, the same
     # acceptance. Either alone is enough on an idle machine; both, so that another suite on
     # the same host (which makes a second thread worth little) cannot hide the change.
