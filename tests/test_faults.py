@@ -587,8 +587,9 @@ def test_provisional_regression_fails_by_default_and_is_reported_only_on_request
     workload = suite_project.path / "one.jsonl"
     workload.write_text(ONE_PROMPT)
     out = suite_project.path / "r.json"
+    # 6 runs a side, not 2: one slow first request must not leave a 2x change undecided
     common = ("--specdec-workload", str(workload), "--specdec-baseline-dir",
-              str(suite_project.path / "bl"))  # fmt: skip
+              str(suite_project.path / "bl"), "--specdec-runs", "6")  # fmt: skip
     with FaultServer("ok", tokens=10, token_s=0.01) as server:
         first = _measure_external(suite_project, server.url, out, *common,
                                   "--specdec-update-baselines")  # fmt: skip
