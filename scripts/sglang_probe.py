@@ -8,7 +8,6 @@ the plan's dependency edges, restricted to what the runner lacks."""
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 import re
@@ -20,6 +19,11 @@ import urllib.request
 import zipfile
 from pathlib import Path
 from typing import IO, Any, cast
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
+from pytest_specdec.core.modelfile import sha256_of
+
+sha256 = sha256_of  # one file hashing routine for the package and the wheelhouse
 
 Entry = dict[str, Any]
 # The server's modules; a worker missing here is tried with the "_v2" suffix of SGLang 0.5.x.
@@ -95,14 +99,6 @@ def pip_report(python: str, args: list[str], index: str) -> Entry:
             raise ProbeError(done.stdout + done.stderr)
         report: Entry = json.loads(Path(tmp, "report.json").read_text())
         return report
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

@@ -95,10 +95,10 @@ def model_identity(path_or_id: str) -> dict[str, Any]:
     if path.is_dir():
         weights = safetensors_weights(path)
         files = folder_files(path)
-        digest = folder_sha256(path) if files else None
+        digest = folder_sha256(files) if files else None
         size = sum(f.stat().st_size for f in files) or None
         return {"id": path.name, "path": str(path), "sha256": digest, "size": size,
-                "weights": weights}  # fmt: skip  # fmt: skip
+                "weights": weights}  # fmt: skip
     if not path.is_file():
         return {"id": path_or_id, "sha256": None, "size": None}
     out: dict[str, Any] = {
@@ -120,10 +120,10 @@ def folder_files(folder: Path) -> list[Path]:
     return sorted([*folder.glob("*.safetensors"), *folder.glob("config.json")])
 
 
-def folder_sha256(folder: Path) -> str:
-    """One digest for a model folder: the sha256 of "name sha256" lines of its config and
-    weight files (each hashed once and cached, as single files are)."""
-    lines = "".join(f"{f.name} {file_sha256(f)}\n" for f in folder_files(folder))
+def folder_sha256(files: list[Path]) -> str:
+    """One digest for a model folder's ``folder_files``: the sha256 of "name sha256" lines
+    (each file hashed once and cached, as single files are)."""
+    lines = "".join(f"{f.name} {file_sha256(f)}\n" for f in files)
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
