@@ -15,12 +15,15 @@ from pytest_specdec.core.values import (
     engine_args,
     engine_name,
     fail_on,
+    fraction,
     int_list,
     non_negative_int,
     positive_float,
     positive_int,
     probability,
     server_url,
+    temperature,
+    top_p,
 )
 from pytest_specdec.verdict.stats import DEFAULT_POLICY
 
@@ -37,6 +40,25 @@ def gpu_list(value: str) -> tuple[int, ...]:
 # Default verdict thresholds: the calibrated VerdictPolicy's (docs/statistics.md), shown in --help.
 DEFAULT_ALPHA = DEFAULT_POLICY.alpha
 DEFAULT_MIN_DELTA = DEFAULT_POLICY.min_delta
+
+# Acceptance and sampling: the accept-length verdict's δ and the sampling settings.
+ACCEPTANCE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--specdec-accept-delta",
+     dict(type=fraction, default=DEFAULT_POLICY.accept_delta, metavar="D",
+          help="smallest change in accept length that counts (fraction); the threshold used "
+          f"is max(D, 2 x between-session CV) (default: {DEFAULT_POLICY.accept_delta})")),
+    ("--specdec-temperature",
+     dict(type=temperature, default=0.0, metavar="T",
+          help="sampling temperature of every measured request (default: 0, greedy); above "
+          "0 the lossless check does not apply and baselines are kept per sampling setting")),
+    ("--specdec-top-p",
+     dict(type=top_p, default=None, metavar="P",
+          help="nucleus sampling mass with --specdec-temperature (default: the engine's)")),
+    ("--specdec-seed",
+     dict(type=non_negative_int, default=None, metavar="N",
+          help="sampling seed: request i of a prompt is sent seed N+i (reproducible per "
+          "night where the engine honours seeds; default: none, the engine draws)")),
+]  # fmt: skip
 
 # (flag, argparse keyword arguments): the plugin's options, defined once.
 PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
@@ -234,8 +256,9 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             default=("regressed",),
             metavar="OUTCOMES",
             help="verdicts that fail the run: comma list of regressed, inconclusive, improved, "
-            "unchanged, drift (a drop that tonight reveals in the nightly history: a change "
-            "point, see docs/history.md) (default: regressed)",
+            "unchanged (each covers both verdicts, output tok/s and accept length; prefix tok- "
+            "or accept- for one, e.g. accept-regressed), drift (a drop that tonight reveals in "
+            "the nightly history: a change point, see docs/history.md) (default: regressed)",
         ),
     ),
     (
@@ -274,6 +297,7 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             f"max(D, 2 x between-session CV) (default: {DEFAULT_MIN_DELTA})",
         ),
     ),
+    *ACCEPTANCE_OPTIONS,
     (
         "--specdec-gpus",
         dict(

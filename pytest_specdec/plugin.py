@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from pytest_specdec.engines import EngineNotInstalled
 from pytest_specdec.engines.launch import LaunchError, kill_all, lineage
 from pytest_specdec.finish import finish_session, summary_lines
 from pytest_specdec.measure.lossless import LosslessResult
+from pytest_specdec.report.export import verdict_properties
 from pytest_specdec.session.runner import Runner, Server
 from pytest_specdec.state import STASH_KEY, SpecdecState, runner_state
 from pytest_specdec.verdict.baselines import BaselineError
@@ -169,8 +170,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-def check_judgement(runner: Runner, name: str) -> Judgement:
-    """The per-config gate as a test outcome: skip without a baseline, fail on a failing verdict."""
+def check_judgement(
+    runner: Runner, name: str, record: Callable[[str, object], None] | None = None
+) -> Judgement:
+    """The per-config gate as a test outcome: skip without a baseline, fail on a failing verdict
+    (tok/s or accept length, as --specdec-fail-on says). ``record`` (pytest's
+    ``record_property``) gets both verdicts first, so that JUnit has them on a failure too."""
     error = None
     try:
         judgement = runner.judge_for_gate(name)
@@ -186,6 +191,9 @@ def check_judgement(runner: Runner, name: str) -> Judgement:
         pytest.skip(judgement.message)
     if judgement.status in (MISMATCH, UNJUDGEABLE):
         pytest.fail(judgement.message, pytrace=False)
+    if record is not None:
+        for prop, value in verdict_properties(judgement):
+            record(prop, value)
     found = failures([judgement], runner.options.fail_on, runner.options.provisional_gates)
     if found:
         pytest.fail("\n".join(found + judgement.notes), pytrace=False)
@@ -198,6 +206,10 @@ def check_lossless(runner: Runner, server: Server, prompt: Prompt) -> LosslessRe
     if runner.options.server_url:
         pytest.skip("lossless check needs the target booted without speculation as reference; "
                     "not possible with --specdec-server-url")  # fmt: skip
+    if runner.options.temperature > 0:
+        t = runner.options.temperature
+        pytest.skip(f"lossless check: exact equality with the target's greedy output does not "
+                    f"apply when sampling (--specdec-temperature {t:g})")  # fmt: skip
     result = runner.lossless(server, prompt)
     state = runner_state(runner)
     if result.outcome != "identical" and state is not None:

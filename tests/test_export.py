@@ -34,12 +34,14 @@ from pytest_specdec.report.export import (
     benchmark_stats,
     junit_properties,
     markdown_summary,
+    verdict_properties,
     write_step_summary,
 )
 from pytest_specdec.report.summary import config_cells, suite_geomean
+from pytest_specdec.verdict.acceptance import AcceptJudgement, accept_policy, exact_verdict
 from pytest_specdec.verdict.baselines import Baseline
 from pytest_specdec.verdict.judge import Judgement
-from pytest_specdec.verdict.stats import Outcome, SessionSummary, Verdict
+from pytest_specdec.verdict.stats import Outcome, SessionSummary, Verdict, VerdictPolicy
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REAL_RESULTS = Path(os.environ.get("SPECDEC_RESULTS_FILE", "results/latest.json"))
@@ -96,6 +98,9 @@ def synthetic() -> dict[str, Any]:
     judged.accept = {"p1": {"new": 2.5, "reference": 2.0, "change": 0.25}}
     judged.notes = ["engine version b3990 → b4000"]
     judged.cause = "drafter"
+    judged.acceptance = AcceptJudgement(
+        "judged", "", suite=exact_verdict(2.25, 2.5, accept_policy(VerdictPolicy()))
+    ).explain()
     return {
         "schema": 1,
         "tool": {"name": "pytest-specdec", "version": "0.1.0"},
@@ -143,11 +148,12 @@ def test_markdown_verdict_table_has_outcome_ratio_p_mde_accept_and_notes() -> No
     text = markdown_summary(synthetic())
     row = (
         "| `draft-d4` | **REGRESSED** | 0.912 [0.880, 0.945] 90% | 0.0012 / 0.0024 | "
-        "3.1% (δ 3.0%) | 3 / 15 | +25.0% | drafter | reference baseline<br>engine version b3990 → "
-        "b4000 |"
+        "3.1% (δ 3.0%) | 3 / 15 | +25.0% | REGRESSED -10.0% exact | drafter | reference "
+        "baseline<br>engine version b3990 → b4000 |"
     )
     assert row in text
     assert "- `draft-d4`: suite -8.8% vs reference" in text
+    assert "- `draft-d4`: accept length REGRESSED: 0.900x (2.250 vs 2.500), exact:" in text
     assert "| `draft-d4` | p1 | **IMPROVED** | 1.200 [1.100, 1.300] 90% | 0.001 |" in text
     undecided = (
         "| `draft-d4` | p2 | INCONCLUSIVE | 0.990 [0.950, 1.030] 90% | 0.3 | 3.1% (δ 3.0%) |"
@@ -291,6 +297,8 @@ def test_junit_properties_from_record_and_judgement() -> None:
     assert props["specdec_accept_length"] == "2.500" and props["specdec_runs"] == "3"
     assert props["specdec_verdict"] == "IMPROVED" and props["specdec_suite_verdict"] == "REGRESSED"
     assert props["specdec_ratio"] == "1.200 [1.100, 1.300] 90%"
+    props = dict(verdict_properties(Judgement("x", "judged", "tok/s UNCHANGED", "baseline")))
+    assert props["specdec_accept_verdict"] == "null" and props["specdec_verdict"] == "JUDGED"
     props = dict(junit_properties(doc["configs"][1], "p2", None))
     assert props["specdec_failed_runs"] == "1" and props["specdec_invalid_runs"] == "1"
     assert props["specdec_runs"] == "2" and props["specdec_verdict"] == "null"

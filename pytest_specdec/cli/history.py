@@ -13,14 +13,16 @@ from pytest_specdec.verdict.history import HistoryPolicy, Series, load_series
 
 
 def rows(series: list[Series]) -> list[list[str]]:
-    out = [["baseline", "nights", "change at night", "engine", "change [90% CI]", "accept Δ"]]
+    head = ["baseline", "nights", "signal", "change at night", "engine", "change [90% CI]"]
+    out = [[*head, "accept Δ"]]
     for s in series:
-        if not s.points:
-            out.append([s.name, str(len(s.nights)), "-", "-", "no change point", "-"])
-        for c in s.points:
+        if not s.points and not s.accept_points:
+            out.append([s.name, str(len(s.nights)), "-", "-", "-", "no change point", "-"])
+        for c in sorted([*s.points, *s.accept_points], key=lambda c: (c.night, c.signal)):
             accept = f"{c.accept_change:+.1%}" if c.accept_change is not None else "-"
             change = f"{c.ratio - 1:+.1%} [{c.ci_low:.3f}, {c.ci_high:.3f}]"
-            out.append([s.name, str(len(s.nights)), c.night, c.engines(), change, accept])
+            row = [s.name, str(len(s.nights)), c.signal, c.night, c.engines(), change, accept]
+            out.append(row)
     return out
 
 
@@ -54,10 +56,11 @@ def add_command(sub: Any) -> None:
     p = sub.add_parser(
         "history",
         help="change points over the nightly history of each baseline key",
-        description="Finds on which night each config's speed changed (PELT change points "
-        "over the nightly suite scores of the baseline store, and of nightly results files), "
-        "with the engine version on either side, the size with its CI and the accept-length "
-        "change. See docs/history.md.",
+        description="Finds on which night each config's speed changed, and on which its "
+        "accept length changed (PELT change points over the nightly suite scores and mean "
+        "accept lengths of the baseline store, and of nightly results files), with the engine "
+        "version on either side, the size with its CI and the accept-length change. See "
+        "docs/history.md.",
     )
     p.add_argument("--baseline-dir", type=Path, default=Path("baselines"))
     p.add_argument(

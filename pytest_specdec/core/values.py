@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -84,25 +85,56 @@ def int_list(value: str) -> tuple[int, ...]:
     return levels
 
 
-def probability(value: str) -> float:
+def _float_in(value: str, example: str, ok: Callable[[float], bool], fix: str) -> float:
+    """``value`` as a float for which ``ok`` holds, else an error with ``fix``."""
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number; give e.g. 0.05") from None
-    if not 0 < number < 0.5:
-        raise argparse.ArgumentTypeError(f"{value!r} must be between 0 and 0.5 (exclusive)")
+        msg = f"{value!r} is not a number; give e.g. {example}"
+        raise argparse.ArgumentTypeError(msg) from None
+    if not ok(number):
+        raise argparse.ArgumentTypeError(f"{value!r} {fix}")
     return number
 
 
-FAIL_ON_CHOICES = ("regressed", "inconclusive", "improved", "unchanged", "drift")
+def temperature(value: str) -> float:
+    """A sampling temperature: 0 (greedy) to 2."""
+    fix = "is outside 0..2; 0 is greedy, speculative configs run at 0.6-1.0"
+    return _float_in(value, "0.8", lambda t: 0 <= t <= 2, fix)
+
+
+def top_p(value: str) -> float:
+    """Nucleus sampling mass: in (0, 1]."""
+    return _float_in(value, "0.95", lambda p: 0 < p <= 1, "must be in (0, 1]; 1 keeps every token")
+
+
+def fraction(value: str) -> float:
+    """A relative change threshold in [0, 0.5)."""
+    return _float_in(value, "0.01", lambda d: 0 <= d < 0.5, "must be in [0, 0.5); e.g. 0.01 for 1%")
+
+
+def probability(value: str) -> float:
+    return _float_in(value, "0.05", lambda a: 0 < a < 0.5, "must be between 0 and 0.5 (exclusive)")
+
+
+OUTCOME_NAMES = ("regressed", "inconclusive", "improved", "unchanged")
+FAIL_ON_CHOICES = (
+    *OUTCOME_NAMES,
+    *(f"tok-{o}" for o in OUTCOME_NAMES),
+    *(f"accept-{o}" for o in OUTCOME_NAMES),
+    "drift",
+)
 
 
 def fail_on(value: str) -> tuple[str, ...]:
+    """Outcomes that fail the run: ``regressed`` covers both verdicts (output tok/s and accept
+    length); ``tok-regressed`` / ``accept-regressed`` pick one; ``drift`` adds history drift."""
     parts = tuple(p.strip().lower() for p in value.split(",") if p.strip())
     bad = [p for p in parts if p not in FAIL_ON_CHOICES]
     if bad or not parts:
         raise argparse.ArgumentTypeError(
-            f"{value!r}: unknown outcome(s) {', '.join(bad) or '(none)'}; "
-            f"choose from {', '.join(FAIL_ON_CHOICES)}, e.g. regressed,inconclusive"
+            f"{value!r}: unknown outcome(s) {', '.join(bad) or '(none)'}; choose from "
+            f"{', '.join(OUTCOME_NAMES)} (both verdicts), each also as tok-<outcome> or "
+            "accept-<outcome> (one verdict), and drift; e.g. regressed,inconclusive"
         )
     return parts

@@ -77,6 +77,18 @@ class RequestSpec:
     max_tokens: int
     want_token_ids: bool = False
     model: str | None = None  # the served model name, for servers that require it
+    temperature: float = 0.0  # 0: greedy
+    top_p: float | None = None
+    seed: int | None = None
+
+    def sampling(self) -> dict[str, float | int]:
+        """The OpenAI-style sampling fields of this request (temperature always)."""
+        out: dict[str, float | int] = {"temperature": self.temperature}
+        if self.temperature > 0 and self.top_p is not None:
+            out["top_p"] = self.top_p
+        if self.temperature > 0 and self.seed is not None:
+            out["seed"] = self.seed
+        return out
 
 
 @runtime_checkable
@@ -175,7 +187,7 @@ def chat_payload(req: RequestSpec, model: str | None = None) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "messages": req.messages,
         "max_tokens": req.max_tokens,
-        "temperature": 0.0,
+        **req.sampling(),
         "stream": True,
         "stream_options": {"include_usage": True},
     }

@@ -60,11 +60,11 @@ def _probe(python: str, code: str) -> subprocess.CompletedProcess[str]:
 
 
 def native_payload(req: RequestSpec) -> dict[str, Any]:
-    return {
-        "text": req.text,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": req.max_tokens},
-        "stream": True,
-    }
+    """``/generate``: SGLang names the seed ``sampling_seed`` in its sampling parameters."""
+    params: dict[str, Any] = {**req.sampling(), "max_new_tokens": req.max_tokens}
+    if "seed" in params:
+        params["sampling_seed"] = params.pop("seed")
+    return {"text": req.text, "sampling_params": params, "stream": True}
 
 
 def apply_meta_info(meta: Mapping[str, Any], rec: RunRecord) -> None:

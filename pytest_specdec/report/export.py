@@ -274,3 +274,16 @@ def junit_properties(
         ("specdec_ratio", ratio_text(per_prompt) if per_prompt else NULL),
         ("specdec_suite_verdict", str(j.get("outcome")) if j else NULL),
     ]
+
+
+def verdict_properties(judgement: Judgement) -> list[tuple[str, str]]:
+    """``(name, value)`` pairs of a config's verdict test: both verdicts and their reasons."""
+    accept = judgement.acceptance
+    accept_v = accept.suite if accept is not None else None
+    return [
+        ("specdec_verdict", judgement.outcome),
+        ("specdec_explanation", judgement.message),
+        ("specdec_accept_verdict", accept.outcome if accept is not None else NULL),
+        ("specdec_accept_ratio", _text(accept_v.ratio, ".4f") if accept_v else NULL),
+        ("specdec_accept_explanation", accept.message if accept is not None else NULL),
+    ]

@@ -16,6 +16,7 @@ from pytest_specdec.gpu.hygiene import DEFAULT_INVALIDATING_BITS
 from pytest_specdec.gpu.readings import decode_reasons
 from pytest_specdec.measure.roofline import describe as roofline_cell
 from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
+from pytest_specdec.verdict.acceptance import short
 
 INVALIDATING = set(decode_reasons(DEFAULT_INVALIDATING_BITS))
 NONE = "-"
@@ -135,6 +136,7 @@ def _verdict_row(j: Mapping[str, Any]) -> list[str]:
         mde,
         runs,
         _accept_change(j),
+        short(j.get("acceptance")) if (j.get("acceptance") or {}).get("suite") else NONE,
         md(j.get("cause") or NONE),
         "<br>".join(md(n) for n in notes if n),
     ]
@@ -150,9 +152,13 @@ def verdict_section(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
     if not verdicts:
         return ["_No verdicts recorded: nothing was judged against a baseline or reference._"]
     header = ["config", "verdict", "ratio [CI]", "p raw / Holm", "MDE (δ)", "n new / ref"]
-    header += ["accept Δ", "cause", "against · notes"]
-    out = [md_table(header, [_verdict_row(j) for j in verdicts], "llrrrrrll"), ""]
-    out += [f"- {code(j.get('config'))}: {md(j.get('message'))}" for j in verdicts]
+    header += ["accept Δ", "accept verdict", "cause", "against · notes"]
+    out = [md_table(header, [_verdict_row(j) for j in verdicts], "llrrrrrlll"), ""]
+    for j in verdicts:
+        out.append(f"- {code(j.get('config'))}: {md(j.get('message'))}")
+        accept = j.get("acceptance") or {}
+        if accept.get("message"):
+            out.append(f"- {code(j.get('config'))}: {md(accept['message'])}")
     prompt_rows = [
         _prompt_row(str(j.get("config")), p, v)
         for j in verdicts

@@ -10,6 +10,7 @@ from pytest_specdec.measure.levels import LevelResult
 from pytest_specdec.measure.levels import table as sweep_table
 from pytest_specdec.measure.roofline import describe as roofline_cell
 from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
+from pytest_specdec.verdict.acceptance import accept_summary_lines, short
 from pytest_specdec.verdict.judge import Judgement
 
 
@@ -125,7 +126,7 @@ def terminal_summary(
 def _verdict_row(j: Judgement) -> list[str]:
     v = j.suite
     if v is None:
-        return [j.config, j.outcome, "-", "-", "-", "-", "-", j.message.split(";")[0][:60]]
+        return [j.config, j.outcome, "-", "-", "-", "-", "-", "-", j.message.split(";")[0][:60]]
     p_adj = f"{v.p_adjusted:.3g}" if v.p_adjusted is not None else "-"
     accepts = [c for a in j.accept.values() if (c := a.get("change")) is not None]
     accept = f"{sum(accepts) / len(accepts):+.1%}" if accepts else "-"
@@ -136,6 +137,7 @@ def _verdict_row(j: Judgement) -> list[str]:
         f"{min(v.p_regress, v.p_improve):.3g} / {p_adj}",
         f"{v.mde:.1%} (δ {v.delta:.1%})",
         accept,
+        short(j.acceptance.to_dict() if j.acceptance else None),
         j.cause or "-",
         j.against,
     ]
@@ -145,8 +147,8 @@ def verdict_lines(judgements: Sequence[Judgement]) -> list[str]:
     """The verdict table (suite score per config) and one explanation line per config."""
     if not judgements:
         return []
-    header = ["config", "verdict", "ratio [90% CI]", "p raw / Holm", "MDE", "accept Δ", "cause"]
-    header.append("against")
+    header = ["config", "verdict", "ratio [90% CI]", "p raw / Holm", "MDE", "accept Δ"]
+    header += ["accept verdict", "cause", "against"]
     out = ["verdicts (suite score = geometric mean over prompts):"]
     out.append(render_table([header, *(_verdict_row(j) for j in judgements)]))
     for j in judgements:
@@ -155,6 +157,7 @@ def verdict_lines(judgements: Sequence[Judgement]) -> list[str]:
         for prompt, v in j.prompts.items():
             if v.outcome.value != "UNCHANGED":
                 out.append(f"{j.config}/{prompt}: {v.explanation}")
+        out.extend(accept_summary_lines(j.config, j.acceptance))
     return out
 
 

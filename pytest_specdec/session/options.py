@@ -37,6 +37,10 @@ class RunOptions:
     provisional_gates: bool = True  # --specdec-provisional gate|report
     alpha: float = DEFAULT_POLICY.alpha
     min_delta: float = DEFAULT_POLICY.min_delta
+    accept_delta: float = DEFAULT_POLICY.accept_delta
+    temperature: float = 0.0  # 0: greedy
+    top_p: float | None = None
+    seed: int | None = None  # request i of a prompt is sent seed + i
     lint: bool = True
     sessions: int = 1
     adaptive: bool = False
@@ -48,11 +52,17 @@ class RunOptions:
     def policy(self) -> VerdictPolicy:
         """The verdict policy; with adaptive sessions, the per-look alpha of a calibrated
         group-sequential plan (looks after each session; history of about 10 sessions)."""
-        base = VerdictPolicy(alpha=self.alpha, min_delta=self.min_delta)
+        base = VerdictPolicy(
+            alpha=self.alpha, min_delta=self.min_delta, accept_delta=self.accept_delta
+        )
         if self.adaptive and self.sessions > 1:
             looks = tuple(range(1, self.sessions + 1))
             return sequential_plan(base, looks, kind="history", k=10, trials=50_000).policy(base)
         return base
+
+    def request_seed(self, run: int) -> int | None:
+        """The seed of request ``run`` of a prompt: --specdec-seed + run (None: unseeded)."""
+        return None if self.seed is None else self.seed + run
 
     def public(self) -> dict[str, Any]:
         out = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}

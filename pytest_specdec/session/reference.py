@@ -21,7 +21,10 @@ def _reference_key(runner: Steps, cfg: SpecConfig) -> tuple[str, str]:
 def ensure_references(runner: Steps) -> None:
     """Boot each target once without speculation and keep its greedy output per prompt.
 
-    Done before the first config boots, so two servers never share the accelerator."""
+    Done before the first config boots, so two servers never share the accelerator. Not done
+    when the run samples (temperature above 0): exact equality does not apply there."""
+    if runner.options.temperature > 0:
+        return
     for cfg in runner.configs:
         if runner.options.server_url:
             return
@@ -40,7 +43,7 @@ def ensure_references(runner: Steps) -> None:
         try:
             outputs = {}
             for prompt in runner.workload.prompts:
-                req = runner.request_spec(prompt, server.model_name)
+                req = runner.greedy_spec(prompt, server.model_name)
                 outputs[prompt.id] = runner.loop.run(engine.greedy(server.client, req))
             record.extra["outputs"] = {k: asdict(v) for k, v in outputs.items()}
             runner.references[key] = outputs
@@ -56,7 +59,7 @@ def lossless(runner: Steps, server: Server, prompt: Prompt) -> LosslessResult:
             "no lossless reference: it is made by booting the target without speculation "
             "before the first config (not possible with --specdec-server-url)"
         )
-    req = runner.request_spec(prompt, server.model_name)
+    req = runner.greedy_spec(prompt, server.model_name)
     output = runner.loop.run(server.engine.greedy(server.client, req))
     result = compare(
         server.config.name, prompt.id, runner.references[key][prompt.id], output,

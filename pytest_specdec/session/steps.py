@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -122,10 +123,20 @@ class Steps:
 
     # --- measure ----------------------------------------------------------------------------
 
-    def request_spec(self, prompt: Prompt, model: str | None = None) -> RequestSpec:
+    def request_spec(self, prompt: Prompt, model: str | None = None, run: int = 0) -> RequestSpec:
+        """Request ``run`` of ``prompt``, with the run's sampling settings (greedy by default;
+        a fixed seed makes request i of a prompt reproducible from night to night)."""
         messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
         max_tokens = prompt.max_tokens or self.options.max_tokens
-        return RequestSpec(prompt.id, messages, prompt.text(), max_tokens, model=model)
+        o = self.options
+        return RequestSpec(
+            prompt.id, messages, prompt.text(), max_tokens, model=model,
+            temperature=o.temperature, top_p=o.top_p, seed=o.request_seed(run),
+        )  # fmt: skip
+
+    def greedy_spec(self, prompt: Prompt, model: str | None = None) -> RequestSpec:
+        """The request the lossless check compares: greedy whatever the run samples with."""
+        return replace(self.request_spec(prompt, model), temperature=0.0, top_p=None, seed=None)
 
     async def send(self, server: Server, req: RequestSpec, rec: RunRecord) -> RunRecord:
         """One request, bounded in time; any failure is recorded on ``rec``, never raised."""
@@ -170,7 +181,7 @@ class Steps:
             phase=phase,
             session=server.session,
         )
-        req = self.request_spec(prompt, server.model_name)
+        req = self.request_spec(prompt, server.model_name, run)
         with self._telemetry_window() as window:
             try:
                 self.loop.run(self._one(server, req, rec))

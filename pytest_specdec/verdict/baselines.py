@@ -37,6 +37,7 @@ IDENTITY_FIELDS = (
     "workload_sha256",
     "max_tokens",
     "engine_args",
+    "sampling",
 )
 
 
@@ -96,7 +97,28 @@ def key_for(results: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, 
         "max_tokens": (results.get("options") or {}).get("max_tokens"),
         "engine_args": (config.get("extra") or {}).get("engine_args"),
         "engine_version": config.get("engine_version"),
+        "sampling": sampling_of(results),
     }
+
+
+def sampling_of(results: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The sampling settings of a run (None: greedy): a baseline is kept per setting."""
+    options = results.get("options") or {}
+    temperature = options.get("temperature") or 0.0
+    if not temperature:
+        return None
+    return {"temperature": temperature, "top_p": options.get("top_p"), "seed": options.get("seed")}
+
+
+def _sampling_slug(sampling: Mapping[str, Any] | None) -> str:
+    if not sampling:
+        return ""
+    parts = [f"t{sampling['temperature']:g}"]
+    if sampling.get("top_p") is not None:
+        parts.append(f"p{sampling['top_p']:g}")
+    if sampling.get("seed") is not None:
+        parts.append(f"s{sampling['seed']}")
+    return "--" + _slug("-".join(parts))
 
 
 def key_mismatch(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -110,7 +132,7 @@ def key_mismatch(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[
 
 def baseline_path(root: Path, key: Mapping[str, Any]) -> Path:
     model = _slug(str(key.get("model_name") or key.get("model")))
-    name = f"{_slug(str(key['config']))}--{model}.json"
+    name = f"{_slug(str(key['config']))}--{model}{_sampling_slug(key.get('sampling'))}.json"
     return root / hardware_slug(key["hardware"]) / _slug(str(key["engine"])) / name
 
 

@@ -1,6 +1,8 @@
-"""The run's gate over its judgements: Holm's adjustment across configs, which outcomes
-fail the run (``--specdec-fail-on``), which provisional verdicts are only reported, and
-configs whose acceptance says they may not really differ."""
+"""The run's gate over its judgements: Holm's adjustment across configs (one family for
+output tok/s, one for accept length), which outcomes fail the run (``--specdec-fail-on``:
+``regressed`` covers both verdicts, ``tok-regressed`` / ``accept-regressed`` one), which
+provisional verdicts are only reported, and configs whose acceptance says they may not
+really differ."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from pytest_specdec.verdict.acceptance import adjust_accept
 from pytest_specdec.verdict.judge import MISMATCH, Judgement
 from pytest_specdec.verdict.sessions import accept_means, workload_prompts
 from pytest_specdec.verdict.stats import Verdict, VerdictPolicy, adjust_verdicts
@@ -23,13 +26,15 @@ def adjust(judgements: Sequence[Judgement], policy: VerdictPolicy) -> list[Judge
         if j.config in by_config:
             j = replace(j, suite=by_config[j.config]).explain()
         out.append(j)
+    adjust_accept([j.acceptance for j in out if j.acceptance is not None], policy)
     return out
 
 
 def failures(
     judgements: Sequence[Judgement], fail_on: Sequence[str], provisional_gates: bool = True
 ) -> list[str]:
-    """Messages for every judgement whose outcome the run is asked to fail on.
+    """Messages for every verdict (tok/s or accept length) whose outcome the run is asked to
+    fail on.
 
     With ``provisional_gates`` False, a provisional verdict (a baseline of fewer sessions than
     the prediction-interval test needs, or a one-session A/B) is reported, not failed on."""
@@ -38,28 +43,40 @@ def failures(
         if j.status == MISMATCH:
             out.append(f"{j.config}: {j.message}")
             continue
-        verdict = _failing_verdict(j, fail_on)
-        if verdict is not None and (provisional_gates or not verdict.provisional):
-            out.append(f"{j.config}: {j.message}")
+        out += [msg for v, msg in failing(j, fail_on) if provisional_gates or not v.provisional]
     return out
 
 
 def not_gating(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[str]:
     """The provisional verdicts that would fail the run if provisional verdicts gated."""
-    out = []
-    for j in judgements:
-        verdict = _failing_verdict(j, fail_on)
-        if verdict is not None and verdict.provisional and j.status != MISMATCH:
-            out.append(
-                f"{j.config}: {j.message} — reported, not gating (--specdec-provisional report)"
-            )
+    return [
+        f"{msg} — reported, not gating (--specdec-provisional report)"
+        for j in judgements
+        if j.status != MISMATCH
+        for v, msg in failing(j, fail_on)
+        if v.provisional
+    ]
+
+
+def wanted(fail_on: Sequence[str], signal: str) -> set[str]:
+    """The outcomes (upper case) that fail the run for one signal: ``tok`` or ``accept``."""
+    out = set()
+    for item in (f.lower() for f in fail_on):
+        head, _, outcome = item.rpartition("-")
+        if head in ("", signal):
+            out.add(outcome.upper())
     return out
 
 
-def _failing_verdict(j: Judgement, fail_on: Sequence[str]) -> Verdict | None:
-    """The suite verdict when its outcome is one the run is asked to fail on."""
-    wanted = {f.upper() for f in fail_on}
-    return j.suite if j.suite is not None and j.suite.outcome.value in wanted else None
+def failing(j: Judgement, fail_on: Sequence[str]) -> list[tuple[Verdict, str]]:
+    """The verdicts of ``j`` the run is asked to fail on, each with its message."""
+    out = []
+    if j.suite is not None and j.suite.outcome.value in wanted(fail_on, "tok"):
+        out.append((j.suite, f"{j.config}: {j.message}"))
+    accept = j.acceptance.suite if j.acceptance is not None else None
+    if accept is not None and accept.outcome.value in wanted(fail_on, "accept"):
+        out.append((accept, f"{j.config}: {j.acceptance.message}"))  # type: ignore[union-attr]
+    return out
 
 
 def indistinguishable(results: Mapping[str, Any], tolerance: float = 0.01) -> list[str]:

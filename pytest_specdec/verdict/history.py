@@ -25,7 +25,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -41,6 +41,8 @@ from pytest_specdec.verdict.baselines import (
 from pytest_specdec.verdict.sessions import session_entries
 
 DASH = "\u2013"
+TOK = "tok/s"
+ACCEPT = "accept length"
 
 
 class HistoryUnavailable(RuntimeError):
@@ -57,14 +59,17 @@ class HistoryPolicy:
     alpha: float = 0.01  # a change point needs p below this for the shift between its segments
     gate_alpha: float = 0.005  # and the nightly gate reports a drift only below this
     ci_level: float = 0.90
+    accept_floor: float = 0.01  # the floor for change points in accept length
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.penalty) and self.penalty > 0):
             raise ValueError(f"HistoryPolicy.penalty is {self.penalty!r}; it must be > 0")
         if not (isinstance(self.min_size, int) and self.min_size >= 2):
             raise ValueError(f"HistoryPolicy.min_size is {self.min_size!r}; it must be >= 2")
-        if not 0 <= self.floor < 1:
-            raise ValueError(f"HistoryPolicy.floor is {self.floor!r}; it must be in [0, 1)")
+        for name in ("floor", "accept_floor"):
+            value = getattr(self, name)
+            if not 0 <= value < 1:
+                raise ValueError(f"HistoryPolicy.{name} is {value!r}; it must be in [0, 1)")
         for name in ("alpha", "gate_alpha"):
             value = getattr(self, name)
             if not 0 < value <= 1:
@@ -203,6 +208,7 @@ class ChangePoint:
     n_after: int
     accept_before: float | None
     accept_after: float | None
+    signal: str = TOK  # what changed: output tok/s, or accept length (ACCEPT)
 
     @property
     def accept_change(self) -> float | None:
@@ -227,7 +233,7 @@ class ChangePoint:
     def size(self) -> str:
         """E.g. ``-4.1% (0.959x, 90% CI 0.951 to 0.967; 12 → 8 nights, accept length +0.0%)``."""
         accept = self.accept_change
-        acc = f", accept length {accept:+.1%}" if accept is not None else ""
+        acc = f", accept length {accept:+.1%}" if accept is not None and self.signal == TOK else ""
         return (
             f"{self.ratio - 1:+.1%} ({self.ratio:.3f}x, 90% CI {self.ci_low:.3f}{DASH}"
             f"{self.ci_high:.3f}; {self.n_before} → {self.n_after} nights{acc})"
@@ -235,7 +241,8 @@ class ChangePoint:
 
     def describe(self) -> str:
         """What the nightly gate prints: ``drift since <night>, engine <version>: <size>``."""
-        return f"drift since {self.night}, {self.engines()}: {self.size()}"
+        what = "drift" if self.signal == TOK else "accept length drift"
+        return f"{what} since {self.night}, {self.engines()}: {self.size()}"
 
 
 def _segment_accept(segment: Sequence[Night]) -> float | None:
@@ -244,10 +251,16 @@ def _segment_accept(segment: Sequence[Night]) -> float | None:
 
 
 def change_points(
-    series: Sequence[Night], policy: HistoryPolicy = HistoryPolicy()
+    series: Sequence[Night], policy: HistoryPolicy = HistoryPolicy(), signal: str = TOK
 ) -> list[ChangePoint]:
-    """The change points of a config's nights, oldest first."""
-    values = [n.mean_log for n in series]
+    """The change points of a config's nights, oldest first: in the suite score (``TOK``), or
+    in the mean accept length of the nights that have one (``ACCEPT``, with its own floor)."""
+    if signal == ACCEPT:
+        series = [n for n in series if n.accept]
+        values = [math.log(n.accept or 1.0) for n in series]
+        policy = replace(policy, floor=policy.accept_floor)
+    else:
+        values = [n.mean_log for n in series]
     starts = detect(values, policy)
     if not starts:
         return []
@@ -276,6 +289,7 @@ def change_points(
                 n_after=len(after),
                 accept_before=_segment_accept(before),
                 accept_after=_segment_accept(after),
+                signal=signal,
             )
         )
     return out
@@ -310,6 +324,7 @@ class Series:
     nights: list[Night]
     points: list[ChangePoint] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    accept_points: list[ChangePoint] = field(default_factory=list)  # in accept length
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -319,6 +334,7 @@ class Series:
             "first_night": self.nights[0].started_at if self.nights else None,
             "last_night": self.nights[-1].started_at if self.nights else None,
             "change_points": [c.to_dict() for c in self.points],
+            "accept_change_points": [c.to_dict() for c in self.accept_points],
             "notes": self.notes,
         }
 
@@ -379,6 +395,7 @@ def load_series(
     for name, series in sorted(found.items()):
         series.nights = nights(sessions.get(name, {}).values())
         series.points = change_points(series.nights, policy)
+        series.accept_points = change_points(series.nights, policy, ACCEPT)
         if series.nights or series.notes:
             out.append(series)
     return out

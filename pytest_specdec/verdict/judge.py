@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_specdec.verdict.acceptance import (
+    AcceptJudgement,
+    judge_accept_history,
+    judge_accept_reference,
+)
 from pytest_specdec.verdict.baselines import (
     Baseline,
     baseline_path,
@@ -60,6 +65,7 @@ class Judgement:
     notes: list[str] = field(default_factory=list)
     cause: str | None = None  # drafter | kernel | both | target | speculation (see attribute)
     cause_text: str | None = None
+    acceptance: AcceptJudgement | None = None  # the accept-length verdict beside tok/s
 
     @property
     def outcome(self) -> str:
@@ -78,6 +84,7 @@ class Judgement:
             "notes": self.notes,
             "cause": self.cause,
             "cause_text": self.cause_text,
+            "acceptance": self.acceptance.to_dict() if self.acceptance else None,
         }
 
     def explain(self) -> Judgement:
@@ -202,6 +209,7 @@ def judge_reference(
     judgement.accept = _accept_change(
         accept_means(config, prompts), accept_means(reference, prompts)
     )
+    judgement.acceptance = judge_accept_reference(results, config, reference, policy)
     return judgement.explain()
 
 
@@ -310,4 +318,5 @@ def judge_baseline(
     judgement.accept = _accept_change(
         accept_means(config, prompts), _history_accept(baseline, prompts)
     )
+    judgement.acceptance = judge_accept_history(results, config, baseline, policy)
     return judgement.explain()

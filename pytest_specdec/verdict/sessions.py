@@ -96,9 +96,8 @@ def session_cells(
     config: Mapping[str, Any], prompts: Sequence[str], session: int
 ) -> dict[str, dict[str, Any]]:
     runs = prompt_runs(config, prompts, session)
-    accepts = accept_means(
-        {"runs": [r for r in config.get("runs", []) if r.get("session", 1) == session]}, prompts
-    )
+    own = {"runs": [r for r in config.get("runs", []) if r.get("session", 1) == session]}
+    accepts = accept_means(own, prompts)
     cells = {}
     for p, values in runs.items():
         summary = SessionSummary.from_values(values)
@@ -109,7 +108,26 @@ def session_cells(
             "runs": values,
             "accept_length": accepts[p],
         }
+        per_request = [float(r["accept_length"]) for r in _usable(own, p) if r.get("accept_length")]
+        if per_request:  # what the acceptance verdict learns its noise from
+            cells[p]["accept_runs"] = per_request
+        positions = [r["extra"]["accept_rate_per_position"] for r in _usable(own, p)
+                     if (r.get("extra") or {}).get("accept_rate_per_position")]  # fmt: skip
+        if positions:
+            width = min(len(row) for row in positions)
+            cells[p]["accept_positions"] = [
+                statistics.fmean(float(row[k]) for row in positions) for k in range(width)
+            ]
     return cells
+
+
+def _usable(config: Mapping[str, Any], prompt: str) -> list[Mapping[str, Any]]:
+    """Measured runs of ``prompt`` that succeeded and were not ruled out."""
+    return [
+        r for r in config.get("runs", [])
+        if r.get("phase") == "measure" and r.get("prompt") == prompt
+        and r.get("error") is None and not r.get("invalid")
+    ]  # fmt: skip
 
 
 def session_entries(results: Mapping[str, Any], config: Mapping[str, Any]) -> list[dict[str, Any]]:

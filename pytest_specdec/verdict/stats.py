@@ -71,6 +71,7 @@ class VerdictPolicy:
     power: float = 0.8
     min_history: int = 5
     ci_level: float = 0.90
+    accept_delta: float = 0.01  # δ of the acceptance verdict (accept length, relative)
 
     def __post_init__(self) -> None:
         a, d, c, p, k, ci = (self.alpha, self.min_delta, self.cv_multiplier, self.power,
@@ -82,6 +83,8 @@ class VerdictPolicy:
         ok_k = isinstance(k, int) and not isinstance(k, bool) and k >= 2
         check_range("VerdictPolicy.min_history", k, ok_k, "an integer >= 2")
         check_range("VerdictPolicy.ci_level", ci, 0 < ci < 1, "in (0, 1)")
+        ad = self.accept_delta
+        check_range("VerdictPolicy.accept_delta", ad, 0 <= ad < _MAX_DELTA, f"in [0, {_MAX_DELTA})")
 
 
 DEFAULT_POLICY = VerdictPolicy()
