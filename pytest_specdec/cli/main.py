@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_specdec.cli.bisect import add_command as add_bisect
 from pytest_specdec.cli.doctor import run as run_doctor
 from pytest_specdec.cli.history import add_command as add_history
 from pytest_specdec.cli.results import ERRORS as RESULT_ERRORS
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
     add_commands(sub)
     add_history(sub)
+    add_bisect(sub)
     doctor = sub.add_parser("doctor", help="engines, NVML and GPUs, docker: what is usable here")
     doctor.set_defaults(func=lambda args: run_doctor(_suite()))
     return parser
