@@ -1,5 +1,6 @@
 """``specdec`` subcommands that work on results and baseline files (no engine needed):
-``baseline update|show``, ``compare``, ``report markdown|chart|trend|benchmark-json|merge``."""
+``baseline update|show``, ``compare``,
+``report markdown|chart|trend|benchmark-json|merge|site``."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.results import ResultsError, atomic_write_json, load_results
+from pytest_specdec.core.values import fail_on, fraction
 from pytest_specdec.report.charts import ChartInputError, ChartsUnavailable
 from pytest_specdec.report.merge import MergeError
+from pytest_specdec.report.site_assets import SiteUnavailable
+from pytest_specdec.report.site_data import SiteError
 from pytest_specdec.report.table import render_table
+from pytest_specdec.verdict.acceptance import accept_summary_lines
 from pytest_specdec.verdict.baselines import BaselineError, load_baseline
 from pytest_specdec.verdict.gate import adjust, failures, not_gating
 from pytest_specdec.verdict.history import HistoryUnavailable
@@ -67,7 +72,9 @@ def compare(args: argparse.Namespace) -> int:
         print(f"specdec: error: the workloads differ (sha256 {old_hash} vs {new_hash}): "
               "results of different prompt suites cannot be compared")  # fmt: skip
         return 2
-    policy = VerdictPolicy(alpha=args.alpha, min_delta=args.min_delta)
+    policy = VerdictPolicy(
+        alpha=args.alpha, min_delta=args.min_delta, accept_delta=args.accept_delta
+    )
     before = {c["name"]: c for c in old["configs"]}
     judged = [
         judge_reference(new, cfg, before[cfg["name"]], policy)
@@ -79,6 +86,8 @@ def compare(args: argparse.Namespace) -> int:
         print(f"{j.config}: {j.message}")
         for note in j.notes:
             print(f"{j.config}: note: {note}")
+        for line in accept_summary_lines(j.config, j.acceptance):
+            print(line)
     missing = sorted(set(c["name"] for c in new["configs"]) - set(before))
     if missing:
         print(f"not in {args.old}: {', '.join(missing)}")
@@ -107,6 +116,13 @@ def report(args: argparse.Namespace) -> int:
 
     if args.kind == "merge":
         return report_merge(args)
+    if args.kind == "site":
+        from pytest_specdec.report.site import build_site
+
+        if len(args.paths) != 1:
+            raise SiteError(f"report site takes one OUT_DIR, got {' '.join(args.paths)}")
+        print(build_site(Path(args.paths[0]), args.baseline_dir, args.results).describe())
+        return 0
     if args.kind == "trend":
         *inputs, out = args.paths
         trend_chart([Path(p) for p in inputs], Path(out))
@@ -143,7 +159,15 @@ def add_commands(sub: Any) -> None:
     cmp.add_argument("new", type=Path)
     cmp.add_argument("--alpha", type=float, default=VerdictPolicy().alpha)
     cmp.add_argument("--min-delta", type=float, default=VerdictPolicy().min_delta)
-    cmp.add_argument("--fail-on", nargs="*", default=["regressed"])
+    cmp.add_argument(
+        "--accept-delta",
+        type=fraction,
+        default=VerdictPolicy().accept_delta,
+        help="smallest change in accept length that counts (default %(default)s)",
+    )
+    cmp.add_argument("--fail-on", type=fail_on, default=("regressed",),
+                     help="comma list: regressed, inconclusive, improved, unchanged (both "
+                     "verdicts), or tok-/accept- each (one) (default: regressed)")  # fmt: skip
     cmp.add_argument(
         "--provisional",
         choices=("gate", "report"),
@@ -153,17 +177,24 @@ def add_commands(sub: Any) -> None:
     cmp.set_defaults(func=compare)
 
     rep = sub.add_parser("report", help="Markdown, charts, pytest-benchmark JSON, merge")
-    rep.add_argument("kind", choices=("markdown", "chart", "trend", "benchmark-json", "merge"))
+    rep.add_argument(
+        "kind", choices=("markdown", "chart", "trend", "benchmark-json", "merge", "site")
+    )
     rep.add_argument(
         "paths", nargs="+",
         help="markdown: RESULTS; chart/benchmark-json: RESULTS OUT; trend: BASELINES... OUT.png; "
-        "merge: RESULTS... (files or folders of several runners; Markdown on stdout)",
+        "merge: RESULTS... (files or folders of several runners; Markdown on stdout); "
+        "site: OUT_DIR (the nightly dashboard, docs/dashboard.md)",
     )  # fmt: skip
     rep.add_argument("--json", type=Path, help="merge: also write the merged JSON here")
+    rep.add_argument("--baseline-dir", type=Path, default=Path("baselines"),
+                     help="site: the baseline store (default %(default)s)")  # fmt: skip
+    rep.add_argument("--results", type=Path, nargs="*", default=[],
+                     help="site: nightly results files, or folders of them")  # fmt: skip
     rep.set_defaults(func=report)
 
 
 ERRORS = (
     ResultsError, BaselineError, json.JSONDecodeError, ChartsUnavailable, ChartInputError,
-    MergeError, HistoryUnavailable,
+    MergeError, HistoryUnavailable, SiteError, SiteUnavailable,
 )  # fmt: skip

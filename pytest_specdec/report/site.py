@@ -1,0 +1,90 @@
+"""``specdec report site OUT_DIR``: the nightly dashboard, a static site from the baseline
+store and nightly results files (docs/dashboard.md).
+
+- ``index.html``: one row per key (hardware x engine x config x model): the latest suite score
+  and its verdict, a sparkline over the nights, the last change point, the acceptance verdict;
+- ``keys/<key>.html``: the interactive trend with change points and baseline resets, the
+  per-prompt table and heatmaps, the latest night's GPU telemetry, every night;
+- ``runs/<file>.html``: one results file's Markdown report, its engine commands (redacted) and
+  its engine logs where they are beside it;
+- ``assets/``: the chart library, the style sheet and the page script, written once.
+
+Pages read nothing from the network; they work from ``file://`` as from GitHub Pages.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_specdec.core.results import utc_now
+from pytest_specdec.report.site_assets import check_available, write_assets
+from pytest_specdec.report.site_data import SiteData, gather
+from pytest_specdec.report.site_key import key_page
+from pytest_specdec.report.site_pages import overview, run_page
+from pytest_specdec.verdict.history import HistoryPolicy
+
+OWNED = ("index.html", "assets", "keys", "runs")
+
+
+@dataclass(frozen=True)
+class SiteSummary:
+    """What was written: the site's folder, its files, their total size and the notes."""
+
+    out: Path
+    files: list[Path]
+    data: SiteData
+
+    @property
+    def size(self) -> int:
+        return sum(p.stat().st_size for p in self.files)
+
+    def describe(self) -> str:
+        keys = self.data.keys
+        text = (
+            f"{self.out / 'index.html'}: {len(keys)} keys, "
+            f"{sum(len(k.nights) for k in keys)} key-nights, {len(self.data.runs)} runs; "
+            f"{len(self.files)} files, {self.size / 1e6:.2f} MB"
+        )
+        skipped = [*self.data.notes, *(f"{k.name}: {n}" for k in keys for n in k.notes)]
+        return text + "".join(f"\nnote: {n}" for n in skipped)
+
+
+def _clear(out: Path) -> None:
+    """Remove what an earlier build wrote (only the site's own names), so no page is stale."""
+    for name in OWNED:
+        target = out / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+
+
+def build_site(
+    out: Path,
+    baseline_dir: Path,
+    results: Sequence[Path] = (),
+    policy: HistoryPolicy | None = None,
+) -> SiteSummary:
+    """Write the dashboard to ``out``; SiteError on unusable input, SiteUnavailable without
+    the chart library (both before anything is written)."""
+    check_available()
+    data = gather(baseline_dir, results, policy or HistoryPolicy())
+    generated = utc_now()
+    out.mkdir(parents=True, exist_ok=True)
+    _clear(out)
+    files = write_assets(out, charts=any(k.nights for k in data.keys))
+    pages: dict[Path, str] = {}
+    sources = ", ".join([f"baselines {baseline_dir}", *(f"results {p}" for p in results)])
+    pages[out / "index.html"] = overview(data, generated, sources)
+    for view in data.keys:
+        pages[out / "keys" / f"{view.slug}.html"] = key_page(view, generated)
+    for run in data.runs:
+        pages[out / "runs" / f"{run.slug}.html"] = run_page(run, data.keys, out, generated)
+    for path, text in pages.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    logs = sorted(p for p in (out / "runs").rglob("*.txt")) if (out / "runs").is_dir() else []
+    return SiteSummary(out, [*files, *pages, *logs], data)
