@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.values import (
+    cpu_list,
     engine_args,
     engine_name,
     fail_on,
@@ -58,6 +59,15 @@ ACCEPTANCE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
      dict(type=non_negative_int, default=None, metavar="N",
           help="sampling seed: request i of a prompt is sent seed N+i (reproducible per "
           "night where the engine honours seeds; default: none, the engine draws)")),
+]  # fmt: skip
+
+# The engine's CPU cores: on a CPU host, xdist workers split them without being asked.
+HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--specdec-cpus",
+     dict(type=cpu_list, default=None, metavar="LIST",
+          help="pin the engine to these cores (e.g. 0 or 0-3) with one thread each; under "
+          "pytest-xdist they are split between the workers, as a CPU host's cores are by "
+          "default (default: no pinning)")),
 ]  # fmt: skip
 
 # (flag, argparse keyword arguments): the plugin's options, defined once.
@@ -298,6 +308,7 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
         ),
     ),
     *ACCEPTANCE_OPTIONS,
+    *HOST_OPTIONS,
     (
         "--specdec-gpus",
         dict(

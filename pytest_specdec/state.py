@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,10 @@ from pytest_specdec.core.configs import ConfigError, SpecConfig, load_registry, 
 from pytest_specdec.core.suitefile import load_suite_settings, with_engine_args
 from pytest_specdec.core.workloads import WorkloadError, load_workload
 from pytest_specdec.engines.container import DockerSettings
+from pytest_specdec.engines.cpus import CpuShareError, engine_cpus
 from pytest_specdec.engines.launch import LaunchError
 from pytest_specdec.gpu.hygiene import HygienePolicy
-from pytest_specdec.gpu.nvml import probe
+from pytest_specdec.gpu.nvml import probe, xdist_worker_index
 from pytest_specdec.gpu.session import GpuOptions, GpuSession
 from pytest_specdec.session.runner import Runner, RunOptions, resolve_configs
 
@@ -87,6 +89,8 @@ class SpecdecState:
                     f"--specdec-require-gpu: no usable NVIDIA GPU here: {reason}; run on a GPU "
                     "runner (check nvidia-smi and nvidia-ml-py) or drop --specdec-require-gpu"
                 )
+        given = getopt("--specdec-cpus")  # checked now; the automatic split when first used
+        cpus = self._engine_cpus(given) if given is not None else None
         self.options = RunOptions(
             engine=engine,
             config_names=tuple(  # a name resolved on another engine travels qualified
@@ -122,6 +126,7 @@ class SpecdecState:
             docker_binary=getopt("--specdec-docker-binary"),
             lossless_fail_before=getopt("--specdec-lossless-fail-before"),
             adaptive=getopt("--specdec-adaptive"),
+            cpus=cpus,
         )
         self.summary_lines: list[str] = []
         self._runner: Runner | None = None
@@ -129,6 +134,18 @@ class SpecdecState:
         self.needs_reference = False
         self.lossless_lines: list[str] = []
         self.started = time.time()
+
+    def _engine_cpus(self, given: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        """This worker's engine cores: --specdec-cpus, or a CPU host's cores split between
+        the xdist workers (engines/cpus.py); a split that leaves less than a core is refused."""
+        workers = self.n_workers
+        if given is None and workers < 2:
+            return None
+        gpu_host = given is None and probe()[0]
+        try:
+            return engine_cpus(given, xdist_worker_index(self.worker_id), workers, gpu_host)
+        except CpuShareError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     @staticmethod
     def _docker_settings(getopt: Any) -> DockerSettings | None:
@@ -152,6 +169,8 @@ class SpecdecState:
     @property
     def runner(self) -> Runner:
         if self._runner is None:
+            if self.options.cpus is None and self.n_workers > 1:  # a CPU host's xdist split
+                self.options = replace(self.options, cpus=self._engine_cpus(None))
             gpu = GpuSession(self.gpu_options, self.worker_id, self.n_workers)
             self._runner = Runner(self.options, self.registry, self.suite, self.workload, gpu=gpu)
             self._runner.notes[:0] = self.notes

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specdec.core.values import cpu_list
 from pytest_specdec.engines.launch import (
     engines_started_here,
     free_port,
@@ -227,6 +228,11 @@ def test_xdist_workers_each_own_a_config(
     assert sorted(data["workers"]) == ["r.gw0.json", "r.gw1.json"]
     runs = {c["name"]: [r for r in c["runs"] if r["phase"] == "measure"] for c in data["configs"]}
     assert sorted(runs) == ["baseline", "ngram"] and all(len(r) >= 1 for r in runs.values())
+    # a CPU host's cores are split between the two workers: each engine on its own share
+    shares = [cpu_list(c["extra"]["engine_cpus"]) for c in data["configs"]]
+    assert not set(shares[0]) & set(shares[1]) and len(shares[0]) == len(shares[1]) >= 1
+    for config, share in zip(data["configs"], shares, strict=True):
+        assert config["command"][-4:] == ["-t", str(len(share)), "-tb", str(len(share))]
     assert data["gpu"] is None and all(r["gpu"] is None for c in data["configs"] for r in c["runs"])
     assert any(n.startswith("no GPU telemetry") for n in data["notes"])
     assert engines_started_here(str(models["target"])) == []

@@ -117,6 +117,19 @@ def probability(value: str) -> float:
     return _float_in(value, "0.05", lambda a: 0 < a < 0.5, "must be between 0 and 0.5 (exclusive)")
 
 
+def cpu_list(value: str) -> tuple[int, ...]:
+    """CPU core numbers as ``0-3,6``: sorted, each once."""
+    cores: set[int] = set()
+    for part in (p.strip() for p in value.split(",")):
+        low, _, high = part.partition("-")
+        if not (low.isdigit() and (not high or high.isdigit())) or (high and int(high) < int(low)):
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: {part!r} is not a core number or range; give e.g. 0 or 0-3,6"
+            )
+        cores.update(range(int(low), int(high or low) + 1))
+    return tuple(sorted(cores))
+
+
 OUTCOME_NAMES = ("regressed", "inconclusive", "improved", "unchanged")
 FAIL_ON_CHOICES = (
     *OUTCOME_NAMES,

@@ -42,6 +42,8 @@ class BootContext:
     # A private (0700) folder for files that carry secrets to an engine that reads them
     # (SGLang's --config YAML); None where the engine cannot see this machine's files.
     secret_dir: Path | None = None
+    # The cores the engine is pinned to (engines/cpus.py); None: no pinning, its own threads.
+    cpus: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -80,6 +81,11 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _pinned(cpus: tuple[int, ...]) -> None:  # pragma: no cover - runs in the child
+    _die_with_parent()
+    os.sched_setaffinity(0, cpus)
+
+
 class ServerProcess(Protocol):
     """A started engine: a local process group or a container."""
 
@@ -117,8 +123,12 @@ class EngineProcess:
         return stop_process(self, grace_s)
 
 
-def start_process(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> EngineProcess:
-    """Start ``argv`` (a list: never a shell string) with its output in ``log_path``."""
+def start_process(
+    argv: Sequence[str], env: Mapping[str, str], log_path: Path,
+    cpus: Sequence[int] | None = None,
+) -> EngineProcess:  # fmt: skip
+    """Start ``argv`` (a list: never a shell string) with its output in ``log_path``, pinned
+    to ``cpus`` (CPU affinity, inherited by every thread it starts) when given."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, **env, ENGINE_MARKER: lineage()}
     with log_path.open("ab") as log:
@@ -130,7 +140,7 @@ def start_process(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -
                 stderr=subprocess.STDOUT,
                 env=full_env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent if cpus is None else partial(_pinned, tuple(cpus)),
             )
         except OSError as exc:
             raise LaunchError(f"cannot start {argv[0]}: {exc}") from exc

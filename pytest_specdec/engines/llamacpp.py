@@ -99,6 +99,8 @@ class LlamaCppEngine(EngineBase):
         if ctx.draft_model:
             argv += ["-md", ctx.draft_model]
         argv += [*self.settings.extra_args, *ctx.config.args]
+        if ctx.cpus:  # one thread per core of its share, set last so that it wins
+            argv += ["-t", str(len(ctx.cpus)), "-tb", str(len(ctx.cpus))]
         return finish_spec(argv, ctx, self.settings, key_env="LLAMA_API_KEY")
 
     def version(self) -> str | None:

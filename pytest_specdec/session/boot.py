@@ -25,6 +25,7 @@ from pytest_specdec.core.results import ConfigRecord
 from pytest_specdec.core.suitefile import SuiteSettings
 from pytest_specdec.engines import Engine, make_engine
 from pytest_specdec.engines.base import BootContext, LaunchSpec, redact
+from pytest_specdec.engines.cpus import describe
 from pytest_specdec.engines.launch import (
     LaunchError,
     ServerProcess,
@@ -166,12 +167,15 @@ class Booter:
             if waited is not None:
                 record.extra.setdefault("cooldown", []).append(waited)
         record.extra["engine_args"] = list(engine.settings.extra_args)
+        if self.options.cpus is not None and docker is None:
+            record.extra["engine_cpus"] = describe(self.options.cpus)
         timeout = self.options.startup_timeout_s or engine.settings.startup_timeout_s
         for attempt in range(PORT_RETRIES):
             port = free_port(self.options.host)
             ctx = BootContext(
                 cfg, target, draft, self.options.host, port, self.options.api_key,
                 secret_dir=self.secret_dir() if docker is None else None,
+                cpus=self.options.cpus if docker is None else None,
             )  # fmt: skip
             spec = engine.build_command(ctx)
             if self.gpu is not None:  # this worker's GPUs, unless the config pins its own
@@ -215,7 +219,7 @@ class Booter:
         """A subprocess, or with --specdec-launcher docker a container of the engine image."""
         docker = self.options.docker
         if docker is None:
-            return start_process(spec.argv, spec.env, log_path)
+            return start_process(spec.argv, spec.env, log_path, self.options.cpus)
         from pytest_specdec.engines.container import start_container
 
         binary = self.options.docker_binary or DOCKER_BINARIES.get(cfg.engine, spec.argv[0])

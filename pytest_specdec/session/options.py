@@ -45,6 +45,7 @@ class RunOptions:
     sessions: int = 1
     adaptive: bool = False
     lossless_fail_before: int = 32
+    cpus: tuple[int, ...] | None = None  # the engine's cores (--specdec-cpus, or the xdist split)
     docker: DockerSettings | None = None  # --specdec-launcher docker
     docker_binary: str | None = None
 

@@ -85,8 +85,12 @@ def key_for(results: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, 
     gpu = results.get("gpu") or {}
     devices = gpu.get("devices") if isinstance(gpu, dict) else None
     models = config.get("models") or {}
+    hardware = hardware_identity(results.get("host") or {}, devices)
+    cpus = (results.get("options") or {}).get("cpus")
+    if hardware["kind"] == "cpu" and cpus:  # the engine ran on its share of the cores
+        hardware["count"] = len(cpus)
     return {
-        "hardware": hardware_identity(results.get("host") or {}, devices),
+        "hardware": hardware,
         "engine": config.get("engine"),
         "model": _model_ref(models.get("target")),
         "model_name": (models.get("target") or {}).get("id"),
