@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -50,6 +51,19 @@ def suite_project(pytester: pytest.Pytester) -> pytest.Pytester:
     suite_file.write_text(text.replace("$SPECDEC_CACHE", real_cache))
     pytester.makeini("[pytest]\naddopts = --strict-markers\n")
     return pytester
+
+
+TWO_PROMPTS = [
+    {"id": "count", "prompt": "Count from one to forty in words, separated by commas."},
+    {"id": "story", "prompt": "Write a short story about a lighthouse keeper and a storm."},
+]
+
+
+@pytest.fixture
+def two_prompt_project(suite_project: pytest.Pytester, models: dict[str, Path]) -> pytest.Pytester:
+    """The suite project with a two-prompt workload, ``two.jsonl``, for short real runs."""
+    suite_project.makefile(".jsonl", two="\n".join(json.dumps(p) for p in TWO_PROMPTS))
+    return suite_project
 
 
 @pytest.fixture(scope="module")

@@ -10,22 +10,16 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytestmark = pytest.mark.engine
-PROMPTS = [
-    {"id": "count", "prompt": "Count from one to forty in words, separated by commas."},
-    {"id": "story", "prompt": "Write a short story about a lighthouse keeper and a storm."},
-]
 
 
 @pytest.fixture
-def project(suite_project: pytest.Pytester, models: dict[str, Path]) -> pytest.Pytester:
-    suite_project.makefile(".jsonl", two="\n".join(json.dumps(p) for p in PROMPTS))
-    return suite_project
+def project(two_prompt_project: pytest.Pytester) -> pytest.Pytester:
+    return two_prompt_project
 
 
 def _run(project: pytest.Pytester, *args: str) -> pytest.RunResult:

@@ -16,17 +16,11 @@ import pytest
 from pytest_specdec.engines.launch import free_port, start_process, stop_process, wait_ready
 
 pytestmark = pytest.mark.engine
-PROMPTS = [
-    {"id": "count", "prompt": "Count from one to forty in words, separated by commas."},
-    {"id": "story", "prompt": "Write a short story about a lighthouse keeper and a storm."},
-]
 
 
 @pytest.fixture
-def project(suite_project: pytest.Pytester, models: dict[str, Path]) -> pytest.Pytester:
-    lines = "\n".join(json.dumps(p) for p in PROMPTS)
-    suite_project.makefile(".jsonl", two=lines)
-    return suite_project
+def project(two_prompt_project: pytest.Pytester) -> pytest.Pytester:
+    return two_prompt_project
 
 
 def _run(project: pytest.Pytester, *args: str) -> pytest.RunResult:

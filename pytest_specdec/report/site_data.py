@@ -34,7 +34,13 @@ from pytest_specdec.verdict.baselines import (
     key_mismatch,
     load_baseline,
 )
-from pytest_specdec.verdict.history import ChangePoint, HistoryPolicy, change_points, nights
+from pytest_specdec.verdict.history import (
+    ChangePoint,
+    HistoryPolicy,
+    by_night,
+    change_points,
+    nights,
+)
 from pytest_specdec.verdict.sessions import session_entries
 
 
@@ -168,22 +174,11 @@ def _prompt_night(cells: Sequence[Mapping[str, Any]]) -> PromptNight | None:
     )
 
 
-def _group(sessions: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Sessions by night, as :func:`pytest_specdec.verdict.history.nights` groups them."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for session in sessions:
-        if (session.get("suite") or {}).get("mean_log") is None:
-            continue
-        when = str(session.get("started_at") or session.get("added_at") or "")
-        groups.setdefault(when, []).append(session)
-    return groups
-
-
 def night_views(
     sessions: Sequence[Mapping[str, Any]], run_of: Mapping[str, str]
 ) -> list[NightView]:
     """The nights of one key, oldest first; ``run_of`` maps a session id to its run page."""
-    groups = _group(sessions)
+    groups = by_night(sessions)
     out = []
     for night in nights(sessions):
         group = groups[night.started_at]

@@ -97,15 +97,21 @@ def _session_accept(session: Mapping[str, Any]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def nights(sessions: Iterable[Mapping[str, Any]]) -> list[Night]:
-    """Group baseline session entries by run (``started_at``), oldest first; sessions
-    without a suite score are left out."""
+def by_night(sessions: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Baseline session entries grouped by run (``started_at``); sessions without a suite
+    score are left out."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for session in sessions:
         if (session.get("suite") or {}).get("mean_log") is None:
             continue
         when = str(session.get("started_at") or session.get("added_at") or "")
         groups.setdefault(when, []).append(session)
+    return groups
+
+
+def nights(sessions: Iterable[Mapping[str, Any]]) -> list[Night]:
+    """One :class:`Night` per run (see :func:`by_night`), oldest first."""
+    groups = by_night(sessions)
     out = []
     for when in sorted(groups):  # ISO 8601 timestamps in UTC sort as text
         group = groups[when]
