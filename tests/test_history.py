@@ -215,7 +215,9 @@ def test_change_points_of_nights_carry_accept_length_change() -> None:
 def test_nightly_gate_reports_drift_on_a_real_run_and_fails_only_when_asked(
     suite_project: pytest.Pytester, models: dict[str, Path]
 ) -> None:
-    """A real run (llama-server on the CPU) judged against a history of 20 nights 60% faster:
+    """A real run (llama-server on the CPU) judged against a history of 20 nights 20x faster
+    (far beyond what load does to two short runs of the same engine: the outcome must not hinge
+    on two real measurements reading alike):
     tonight's drop is a change point the gate reports (on tonight's night, or one before it:
     a segment needs two nights). The verdict itself (REGRESSED against that history) is kept
     out of the gate with --specdec-fail-on improved, so that only drift can fail the run."""
@@ -232,7 +234,7 @@ def test_nightly_gate_reports_drift_on_a_real_run_and_fails_only_when_asked(
         doc["started_at"] = f"2026-09-{night + 1:02d}T02:00:00+00:00"
         for run in doc["configs"][0]["runs"]:
             if run.get("tok_per_s"):
-                run["tok_per_s"] *= 1.6 * math.exp(rng.normal(0, 0.01))
+                run["tok_per_s"] *= 20 * math.exp(rng.normal(0, 0.01))
         update_baseline(doc, doc["configs"][0], suite_project.path / "bl")
     tonight = suite_project.path / "tonight.json"
     reported = suite_project.runpytest_subprocess(

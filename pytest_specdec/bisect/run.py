@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_specdec.bisect.candidates import Candidate
-from pytest_specdec.bisect.search import Bounds, bounds, next_index, suspects
+from pytest_specdec.bisect.search import BAD, Bounds, bounds, next_index, suspects
 from pytest_specdec.bisect.step import (
     BAD_ENDPOINT,
     CANDIDATE,
@@ -62,7 +62,7 @@ def current_bounds(search: Search, steps: Sequence[StepRecord]) -> Bounds:
 def _latest_regressed(name: str, steps: Sequence[StepRecord]) -> dict[str, Any] | None:
     found = [
         c.verdict for s in steps for c in s.checks
-        if c.name == name and c.outcome == Outcome.REGRESSED.value
+        if c.name == name and c.mark == BAD and c.verdict is not None
     ]  # fmt: skip
     return found[-1] if found else None
 

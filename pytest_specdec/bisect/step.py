@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from pytest_specdec.bisect.candidates import BisectError
 from pytest_specdec.bisect.search import BAD, GOOD, SKIP
 from pytest_specdec.verdict.judge import Judgement
+from pytest_specdec.verdict.numbers import t_cdf
 from pytest_specdec.verdict.planning import SequentialPlan, sequential_plan
 from pytest_specdec.verdict.stats import Outcome, Verdict, VerdictPolicy
 
@@ -25,6 +26,8 @@ FIRST_LOOK = 2  # Welch on session means needs two sessions a side
 BOOT_FAILED = "BOOT-FAILED"
 UNJUDGEABLE = "UNJUDGEABLE"
 NOT_SLOWER = "NOT-SLOWER"  # INCONCLUSIVE, but the CI's lower end is above 1 - δ
+NEARER_GOOD = "NEARER-GOOD"  # significantly above the midpoint between good and bad endpoint
+NEARER_BAD = "NEARER-BAD"  # significantly below it
 CANDIDATE, BAD_ENDPOINT = "candidate", "bad endpoint"
 
 
@@ -115,6 +118,8 @@ def summarize(judgement: Judgement) -> dict[str, Any]:
         "ci_level": v.ci_level if v else None,
         "p_regress": v.p_regress if v else None,
         "delta": v.delta if v else None,
+        "se_log": v.se_log if v and math.isfinite(v.se_log) else None,
+        "df": v.df if v else None,
         "accept_change": _accept_change(judgement),
         "accept_new": _accept_mean(judgement, "new"),
         "accept_reference": _accept_mean(judgement, "reference"),
@@ -137,9 +142,10 @@ class Check:
 
     @property
     def mark(self) -> str:
-        if self.outcome == Outcome.REGRESSED.value:
+        if self.outcome in (Outcome.REGRESSED.value, NEARER_BAD):
             return BAD
-        if self.outcome in (Outcome.UNCHANGED.value, Outcome.IMPROVED.value, NOT_SLOWER):
+        if self.outcome in (Outcome.UNCHANGED.value, Outcome.IMPROVED.value, NOT_SLOWER,
+                            NEARER_GOOD):  # fmt: skip
             return GOOD
         return SKIP
 
@@ -190,16 +196,46 @@ def _session(m: Measurer, step: StepRecord, check: Check) -> bool:
     return True
 
 
-def _look(m: Measurer, plan: StepPlan, good: str, check: Check) -> bool:
-    """Judge ``check`` now; True when its comparison is finished."""
+def _look(m: Measurer, plan: StepPlan, good: str, check: Check, bad: Check | None = None) -> bool:
+    """Judge ``check`` now; True when its comparison is finished. A candidate is first placed
+    on the good or the bad side of the step (see :func:`nearer`), where the bad endpoint has
+    been judged REGRESSED; else by its own verdict against δ."""
     judgement = m.judge(check.name, good, plan.policy)
     check.verdict = summarize(judgement)
     check.outcome = judgement.outcome if judgement.suite else UNJUDGEABLE
-    if judgement.suite is not None and not_slower(judgement.suite):
-        check.outcome = NOT_SLOWER
     if judgement.suite is None:
         check.detail = judgement.message
+        return True
+    side = nearer(check.verdict, bad, plan.policy.alpha) if bad is not None else None
+    if side is not None:
+        check.outcome = side
+        return True
+    if not_slower(judgement.suite):
+        check.outcome = NOT_SLOWER
     return plan.done(judgement)
+
+
+def nearer(cand: dict[str, Any], bad: Check, alpha: float) -> str | None:
+    """Which side of the step the candidate is on: its log ratio against the good candidate,
+    tested one-sidedly against the midpoint between the good (0) and the bad endpoint's log
+    ratio, at the plan's per-look alpha (the two estimates' variances added, the midpoint's a
+    quarter of the bad endpoint's; Welch-Satterthwaite df). None while neither side is shown,
+    or when the bad endpoint is not (yet) judged REGRESSED; the candidate's own verdict
+    against δ decides then."""
+    b = bad.verdict or {}
+    if bad.outcome != Outcome.REGRESSED.value or not b.get("se_log") or not cand.get("se_log"):
+        return None
+    mid = math.log(b["ratio"]) / 2
+    var_c, var_b = cand["se_log"] ** 2, b["se_log"] ** 2 / 4
+    se = math.sqrt(var_c + var_b)
+    t = (math.log(cand["ratio"]) - mid) / se
+    df_c, df_b = max(cand.get("df") or 1.0, 1.0), max(b.get("df") or 1.0, 1.0)
+    df = (var_c + var_b) ** 2 / (var_c**2 / df_c + var_b**2 / df_b)
+    if t_cdf(-t, df) < alpha:
+        return NEARER_GOOD
+    if t_cdf(t, df) < alpha:
+        return NEARER_BAD
+    return None
 
 
 def _good_session(m: Measurer, step: StepRecord) -> None:
@@ -242,8 +278,12 @@ def _measure(
         k += 1
         _good_session(m, step)
         open_ = [c for c in open_ if _session(m, step, c)]
-        if k in plan.looks:
-            open_ = [c for c in open_ if not _look(m, plan, step.good, c)]
+        if k in plan.looks:  # the bad endpoint first: the candidate is placed against it
+            bad_done = bad in open_ and _look(m, plan, step.good, bad)
+            if cand in open_ and _look(m, plan, step.good, cand, bad):  # type: ignore[arg-type]
+                open_.remove(cand)  # type: ignore[arg-type]
+            if bad_done and cand not in open_:  # the bad endpoint rides along with the candidate
+                open_.remove(bad)
         if not confirm_bad and bad in open_ and cand not in open_:
             if k not in plan.looks and bad.sessions >= FIRST_LOOK:
                 _look(m, plan, step.good, bad)  # judged with the sessions it has
