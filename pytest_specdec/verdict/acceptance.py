@@ -21,7 +21,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_specdec.verdict.baselines import Baseline
-from pytest_specdec.verdict.sessions import session_means, sessions_of, workload_prompts
+from pytest_specdec.verdict.sessions import (
+    accept_runs,
+    column_means,
+    position_rates,
+    session_means,
+    sessions_of,
+    workload_prompts,
+)
 from pytest_specdec.verdict.stats import (
     Outcome,
     SessionSummary,
@@ -84,38 +91,6 @@ class AcceptJudgement:
 
 
 # --------------------------------------------------------------------------- reading runs
-
-
-def accept_runs(
-    config: Mapping[str, Any], prompts: Sequence[str], session: int | None = None
-) -> dict[str, list[float]]:
-    """Per-request accept lengths per prompt (measured, successful, valid runs only)."""
-    out: dict[str, list[float]] = {p: [] for p in prompts}
-    for run in config.get("runs", []):
-        if run.get("phase") != "measure" or run.get("error") is not None or run.get("invalid"):
-            continue
-        if session is not None and run.get("session", 1) != session:
-            continue
-        value = run.get("accept_length")
-        if value and run.get("prompt") in out:
-            out[run["prompt"]].append(float(value))
-    return out
-
-
-def position_rates(config: Mapping[str, Any], prompts: Sequence[str]) -> list[float]:
-    """Mean acceptance rate per draft position over the measured runs that report it."""
-    rows = [
-        r["extra"]["accept_rate_per_position"]
-        for r in config.get("runs", [])
-        if r.get("phase") == "measure" and r.get("prompt") in prompts and r.get("error") is None
-        and (r.get("extra") or {}).get("accept_rate_per_position")
-    ]  # fmt: skip
-    return _column_means(rows)
-
-
-def _column_means(rows: Sequence[Sequence[float]]) -> list[float]:
-    width = min((len(r) for r in rows), default=0)
-    return [statistics.fmean(float(r[k]) for r in rows) for k in range(width)]
 
 
 def _suite(runs: Mapping[str, Sequence[float]]) -> list[float]:
@@ -306,7 +281,7 @@ def history_positions(baseline: Baseline, prompts: Sequence[str]) -> list[float]
         for p in prompts
         if (cell := (s.get("prompts") or {}).get(p) or {}).get("accept_positions")
     ]
-    return _column_means(rows)
+    return column_means(rows)
 
 
 def judge_accept_history(

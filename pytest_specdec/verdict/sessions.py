@@ -108,26 +108,55 @@ def session_cells(
             "runs": values,
             "accept_length": accepts[p],
         }
-        per_request = [float(r["accept_length"]) for r in _usable(own, p) if r.get("accept_length")]
+        per_request = accept_runs(config, [p], session)[p]
         if per_request:  # what the acceptance verdict learns its noise from
             cells[p]["accept_runs"] = per_request
-        positions = [r["extra"]["accept_rate_per_position"] for r in _usable(own, p)
-                     if (r.get("extra") or {}).get("accept_rate_per_position")]  # fmt: skip
+        positions = position_rates(config, [p], session)
         if positions:
-            width = min(len(row) for row in positions)
-            cells[p]["accept_positions"] = [
-                statistics.fmean(float(row[k]) for row in positions) for k in range(width)
-            ]
+            cells[p]["accept_positions"] = positions
     return cells
 
 
-def _usable(config: Mapping[str, Any], prompt: str) -> list[Mapping[str, Any]]:
-    """Measured runs of ``prompt`` that succeeded and were not ruled out."""
+def _usable(
+    config: Mapping[str, Any], prompts: Sequence[str], session: int | None = None
+) -> list[Mapping[str, Any]]:
+    """Measured runs of ``prompts`` (of one server session) that succeeded and were not
+    ruled out by GPU hygiene."""
     return [
         r for r in config.get("runs", [])
-        if r.get("phase") == "measure" and r.get("prompt") == prompt
+        if r.get("phase") == "measure" and r.get("prompt") in prompts
         and r.get("error") is None and not r.get("invalid")
+        and (session is None or r.get("session", 1) == session)
     ]  # fmt: skip
+
+
+def accept_runs(
+    config: Mapping[str, Any], prompts: Sequence[str], session: int | None = None
+) -> dict[str, list[float]]:
+    """Per-request accept lengths per prompt (measured, successful, valid runs only)."""
+    out: dict[str, list[float]] = {p: [] for p in prompts}
+    for run in _usable(config, prompts, session):
+        if run.get("accept_length"):
+            out[run["prompt"]].append(float(run["accept_length"]))
+    return out
+
+
+def position_rates(
+    config: Mapping[str, Any], prompts: Sequence[str], session: int | None = None
+) -> list[float]:
+    """Mean acceptance rate per draft position over the usable runs that report it."""
+    rows = [
+        r["extra"]["accept_rate_per_position"]
+        for r in _usable(config, prompts, session)
+        if (r.get("extra") or {}).get("accept_rate_per_position")
+    ]
+    return column_means(rows)
+
+
+def column_means(rows: Sequence[Sequence[float]]) -> list[float]:
+    """Per column, the mean over the rows (as wide as the shortest row)."""
+    width = min((len(r) for r in rows), default=0)
+    return [statistics.fmean(float(r[k]) for r in rows) for k in range(width)]
 
 
 def session_entries(results: Mapping[str, Any], config: Mapping[str, Any]) -> list[dict[str, Any]]:
