@@ -29,9 +29,6 @@ from pytest_specdec.core.results import RESULTS_SCHEMA, ResultsError, load_resul
 from pytest_specdec.verdict.baselines import (
     BASELINE_SCHEMA,
     BaselineError,
-    baseline_path,
-    key_for,
-    key_mismatch,
     load_baseline,
 )
 from pytest_specdec.verdict.history import (
@@ -39,9 +36,9 @@ from pytest_specdec.verdict.history import (
     HistoryPolicy,
     by_night,
     change_points,
+    joined,
     nights,
 )
-from pytest_specdec.verdict.sessions import session_entries
 
 
 class SiteError(ValueError):
@@ -284,16 +281,9 @@ class _Gatherer:
         run = RunView(path, f"{len(self.runs) + 1:03d}-{slug(path.stem)}", doc)
         self.runs.append(run)
         for config in doc["configs"]:
-            key = key_for(doc, config)
-            name = str(baseline_path(self.root, key).relative_to(self.root))
-            known = self.keys.get(name)
-            diff = key_mismatch(known.key, key) if known is not None else []
-            try:
-                entries = session_entries(doc, config)
-            except BaselineError as exc:
-                diff = diff or [str(exc)]
+            name, key, entries, diff = joined(doc, config, self.root, self.keys)
             if diff:
-                target = known or self.keys.setdefault(name, KeyView(name, dict(key)))
+                target = self.keys.setdefault(name, KeyView(name, dict(key)))
                 target.notes.append(f"{path}: {config.get('name')} left out: {'; '.join(diff)}")
                 continue
             self.add(name, key, entries)

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import fmean
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_specdec.core.results import ResultsError, load_results
 from pytest_specdec.verdict.baselines import (
@@ -355,6 +355,32 @@ def _results_files(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
+class Keyed(Protocol):
+    """Anything that names its baseline key (a history series, a dashboard key)."""
+
+    @property
+    def key(self) -> Mapping[str, Any]: ...
+
+
+def joined(
+    doc: Mapping[str, Any], config: Mapping[str, Any], root: Path,
+    known: Mapping[str, Keyed],
+) -> tuple[str, dict[str, Any], list[dict[str, Any]], list[str]]:  # fmt: skip
+    """A results file's config as sessions of a baseline key: the key's file name under
+    ``root``, the key, its session entries, and why it is left out ([] when it joins): a key
+    that differs from the one ``known`` has under that name, or no clean session."""
+    key = key_for(doc, config)
+    name = str(baseline_path(root, key).relative_to(root))
+    stored = known.get(name)
+    diff = key_mismatch(stored.key, key) if stored is not None else []
+    entries: list[dict[str, Any]] = []
+    try:
+        entries = session_entries(doc, config)
+    except BaselineError as exc:
+        diff = diff or [str(exc)]
+    return name, key, entries, diff
+
+
 def load_series(
     baseline_dir: Path,
     results: Sequence[Path] = (),
@@ -384,16 +410,9 @@ def load_series(
             notes.append(f"left out: {exc}")
             continue
         for config in doc["configs"]:
-            key = key_for(doc, config)
-            name = str(baseline_path(baseline_dir, key).relative_to(baseline_dir))
-            known = found.get(name)
-            diff = key_mismatch(known.key, key) if known is not None else []
-            try:
-                entries = session_entries(doc, config)
-            except BaselineError as exc:
-                diff = diff or [str(exc)]
+            name, key, entries, diff = joined(doc, config, baseline_dir, found)
             if diff:
-                target = known or found.setdefault(name, Series(name, dict(key), []))
+                target = found.setdefault(name, Series(name, dict(key), []))
                 target.notes.append(f"{path}: {config['name']} left out: {'; '.join(diff)}")
                 continue
             add(name, key, entries)
