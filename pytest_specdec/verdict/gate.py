@@ -73,9 +73,9 @@ def failing(j: Judgement, fail_on: Sequence[str]) -> list[tuple[Verdict, str]]:
     out = []
     if j.suite is not None and j.suite.outcome.value in wanted(fail_on, "tok"):
         out.append((j.suite, f"{j.config}: {j.message}"))
-    accept = j.acceptance.suite if j.acceptance is not None else None
-    if accept is not None and accept.outcome.value in wanted(fail_on, "accept"):
-        out.append((accept, f"{j.config}: {j.acceptance.message}"))  # type: ignore[union-attr]
+    a = j.acceptance
+    if a is not None and a.suite is not None and a.suite.outcome.value in wanted(fail_on, "accept"):
+        out.append((a.suite, f"{j.config}: {a.message}"))
     return out
 
 
