@@ -27,12 +27,8 @@ def prompt_runs(
 ) -> dict[str, list[float]]:
     """Measured, successful tok/s per prompt (failed runs are errors, never numbers)."""
     out: dict[str, list[float]] = {p: [] for p in prompts}
-    for run in config.get("runs", []):
-        usable = run.get("phase") == "measure" and run.get("error") is None
-        usable = usable and not run.get("invalid")
-        if session is not None and run.get("session", 1) != session:
-            continue
-        if usable and run.get("tok_per_s") and run["prompt"] in out:
+    for run in _usable(config, prompts, session):
+        if run.get("tok_per_s"):
             out[run["prompt"]].append(float(run["tok_per_s"]))
     return out
 
