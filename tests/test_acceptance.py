@@ -77,6 +77,7 @@ def test_zero_noise_is_said_and_a_change_beyond_delta_is_decided_at_once() -> No
     worse = config("draft-d4b", same({"code": 3.1, "prose": 2.2, "arith": 2.33}))
     j = judge_accept_reference(doc(worse, ref), worse, ref, POLICY)
     assert j.suite is not None and j.suite.method == EXACT
+    assert (j.suite.n_new, j.suite.n_ref) == (3, 3)  # runs a side, each all prompts
     assert j.outcome == "REGRESSED" and j.suite.ratio == pytest.approx((2.33 / 2.8) ** (1 / 3))
     assert "noise is zero" in j.message and "noise: zero: all 6 run(s) in 2 session(s)" in j.message
     assert j.prompts["arith"].outcome.value == "REGRESSED"

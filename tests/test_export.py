@@ -99,7 +99,7 @@ def synthetic() -> dict[str, Any]:
     judged.notes = ["engine version b3990 → b4000"]
     judged.cause = "drafter"
     judged.acceptance = AcceptJudgement(
-        "judged", "", suite=exact_verdict(2.25, 2.5, accept_policy(VerdictPolicy()))
+        "judged", "", suite=exact_verdict(2.25, 2.5, accept_policy(VerdictPolicy()), (4, 3))
     ).explain()
     return {
         "schema": 1,

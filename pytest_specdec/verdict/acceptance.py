@@ -109,8 +109,9 @@ def _constant(values: Sequence[float]) -> bool:
 # ------------------------------------------------------------------------------ deciding
 
 
-def exact_verdict(new: float, ref: float, policy: VerdictPolicy) -> Verdict:
-    """Both sides repeat one value exactly: no noise, so no test; |change| ≥ δ decides."""
+def exact_verdict(new: float, ref: float, policy: VerdictPolicy, n: tuple[int, int]) -> Verdict:
+    """Both sides repeat one value exactly (``n``: how many times each): no noise, so no
+    test; |change| ≥ δ decides."""
     ratio, delta = new / ref, policy.min_delta
     if ratio < 1 and 1 - ratio >= delta:
         outcome = Outcome.REGRESSED
@@ -127,9 +128,15 @@ def exact_verdict(new: float, ref: float, policy: VerdictPolicy) -> Verdict:
     p_r = 0.0 if ratio < 1 and not below else 1.0
     p_i = 0.0 if ratio > 1 and not below else 1.0
     return Verdict(
-        outcome, ratio, ratio, ratio, p_r, p_i, None, 0.0, 0, 0, delta, 0.0, EXACT, False, None,
+        outcome, ratio, ratio, ratio, p_r, p_i, None, 0.0, n[0], n[1], delta, 0.0, EXACT, False,
+        None,
         text, policy.alpha, policy.ci_level, 0.0, 0.0,
     )  # fmt: skip
+
+
+def _exact(new: list[list[float]], ref: list[list[float]], policy: VerdictPolicy) -> Verdict:
+    a, b = _flat(new), _flat(ref)
+    return exact_verdict(a[0], b[0], policy, (len(a), len(b)))
 
 
 def accept_policy(policy: VerdictPolicy) -> VerdictPolicy:
@@ -141,7 +148,9 @@ def _ab(new: list[list[float]], ref: list[list[float]], policy: VerdictPolicy) -
     """A/B: session means when both sides have two sessions or more, else the runs."""
     new, ref = [s for s in new if s], [s for s in ref if s]
     if _constant(_flat(new)) and _constant(_flat(ref)):
-        return exact_verdict(_flat(new)[0], _flat(ref)[0], policy)
+        return exact_verdict(
+            _flat(new)[0], _flat(ref)[0], policy, (len(_flat(new)), len(_flat(ref)))
+        )
     if len(new) >= 2 and len(ref) >= 2:
         return welch_log(session_means(new), session_means(ref), policy)
     return welch_log(_flat(new), _flat(ref), policy, provisional=True)
@@ -151,7 +160,7 @@ def _history(new: list[list[float]], history: list[list[float]], policy: Verdict
     """New sessions against the stored ones (each a list of accept lengths)."""
     new, history = [s for s in new if s], [s for s in history if s]
     if _constant(_flat(new)) and _constant(_flat(history)):
-        return exact_verdict(_flat(new)[0], _flat(history)[0], policy)
+        return _exact(new, history, policy)
     if len(history) >= policy.min_history:
         summaries = [SessionSummary.from_values(s) for s in history]
         return against_history_sessions([SessionSummary.from_values(s) for s in new], summaries,
