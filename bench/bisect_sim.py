@@ -28,6 +28,7 @@ from pytest_specdec.bisect.run import FOUND, Search, bisect
 from pytest_specdec.bisect.search import BAD, GOOD, bounds, next_index
 from pytest_specdec.bisect.step import StepPlan, StepRecord, step_plan
 from pytest_specdec.verdict.judge import Judgement, judge_reference
+from pytest_specdec.verdict.sessions import suite_session_logs
 from pytest_specdec.verdict.stats import VerdictPolicy
 
 PROMPT = "suite"
@@ -74,6 +75,9 @@ class SimMeasurer:
     def judge(self, name: str, good: str, policy: VerdictPolicy) -> Judgement:
         doc = {"workload": {"prompts": [PROMPT]}}
         return judge_reference(doc, self.configs[name], self.configs[good], policy)
+
+    def session_logs(self, name: str) -> list[float]:
+        return suite_session_logs(self.configs[name], [PROMPT])
 
     def end_step(self) -> None:
         self.configs = {}
@@ -140,33 +144,43 @@ def run_cell(kind: str, noise: Noise, n: int, step: float, trials: int, plan: St
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trials", type=int, default=400)
+    ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--runs", type=int, default=5, help="runs per session")
-    ap.add_argument("--max-sessions", type=int, default=16)
-    ap.add_argument("--min-delta", type=float, default=0.03)
+    ap.add_argument("--max-sessions", type=int, default=32)
+    ap.add_argument("--min-delta", type=float, default=None,
+                    help="δ of every row (default: half the row's step, as docs/bisect.md "
+                    "advises)")  # fmt: skip
     ap.add_argument("--sizes", default="8,16,32,64")
-    ap.add_argument("--steps", default="0.05,0.10")
+    ap.add_argument("--steps", default="0.05,0.10,0.30")
+    ap.add_argument("--noise", default="H200,CPU", help="noise models to run")
     args = ap.parse_args()
-    plan = step_plan(VerdictPolicy(min_delta=args.min_delta), args.max_sessions)
+
+    def plan_for(step: float) -> StepPlan:
+        delta = args.min_delta if args.min_delta is not None else step / 2
+        return step_plan(VerdictPolicy(min_delta=delta), args.max_sessions)
+
+    first = plan_for(0.05)
+    delta = f"{args.min_delta:.1%}" if args.min_delta is not None else "half the step"
     print(f"# {args.trials} series per cell, seed {args.seed}, {args.runs} runs a session, "
-          f"δ {args.min_delta:.1%}, looks {plan.looks} (alpha per look "
-          f"{plan.sequential.alpha_look:.4f})")  # fmt: skip
-    print("| noise (within / between) | step | candidates | bisect | right first-bad | wrong "
+          f"δ {delta}, looks {first.looks} (alpha per look "
+          f"{first.sequential.alpha_look:.4f})")  # fmt: skip
+    print("| noise (within / between) | step | δ | candidates | bisect | right first-bad | wrong "
           "| undecided | steps | sessions |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     started = time.perf_counter()
-    for noise in NOISES:
+    for noise in (n for n in NOISES if n.label in args.noise.split(",")):
         for step in (float(s) for s in args.steps.split(",")):
+            plan = plan_for(step)
             for n in (int(x) for x in args.sizes.split(",")):
                 for kind, label in (("aware", "noise-aware"), ("plain", "plain, 1 session")):
                     seed = args.seed + n + int(step * 1000)
                     c = run_cell(kind, noise, n, step, args.trials, plan, args.runs, seed)
                     t = args.trials
                     print(f"| {noise.label} {noise.within:.0%} / {noise.between:.1%} | "
-                          f"{step:.0%} | {n} | {label} | {c.right / t:.1%} | {c.wrong / t:.1%} "
-                          f"| {c.undecided / t:.1%} | {c.steps:.1f} | {c.sessions:.1f} |",
-                          flush=True)  # fmt: skip
+                          f"{step:.0%} | {plan.base.min_delta:.1%} | {n} | {label} | "
+                          f"{c.right / t:.1%} | {c.wrong / t:.1%} | {c.undecided / t:.1%} | "
+                          f"{c.steps:.1f} | {c.sessions:.1f} |", flush=True)  # fmt: skip
     print(f"# {time.perf_counter() - started:.0f} s")
 
 

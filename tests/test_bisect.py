@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from pytest_specdec.bisect.candidates import BisectError, Candidate, endpoints, load_candidates
-from pytest_specdec.bisect.run import FOUND, NONE, Search, bisect
+from pytest_specdec.bisect.run import FOUND, NONE, UNDECIDED, Search, bisect
 from pytest_specdec.bisect.search import BAD, GOOD, SKIP, bounds, next_index, suspects
 from pytest_specdec.bisect.statefile import load_steps, save_steps
-from pytest_specdec.bisect.step import BootFailed, StepRecord, looks_for, step_plan
+from pytest_specdec.bisect.step import NOT_PLACED, BootFailed, StepRecord, looks_for, step_plan
 from pytest_specdec.cli.main import main
 from pytest_specdec.verdict.judge import Judgement, judge_reference
+from pytest_specdec.verdict.sessions import suite_session_logs
 from pytest_specdec.verdict.stats import VerdictPolicy
 
 
@@ -45,6 +46,9 @@ class Noisy:
     def judge(self, name: str, good: str, policy: VerdictPolicy) -> Judgement:
         doc = {"workload": {"prompts": ["p"]}}
         return judge_reference(doc, self.configs[name], self.configs[good], policy)
+
+    def session_logs(self, name: str) -> list[float]:
+        return suite_session_logs(self.configs[name], ["p"])
 
     def end_step(self) -> None:
         self.configs = {}
@@ -85,6 +89,29 @@ def test_a_candidate_that_does_not_boot_is_skipped_and_a_neighbour_tried() -> No
     assert done.first_bad == "c5"
     skipped = [c for s in steps for c in s.checks if c.mark == SKIP and c.role == "candidate"]
     assert [c.name for c in skipped] == ["c3"] and "c3: bad" in str(skipped[0].detail)
+
+
+def test_a_candidate_between_the_two_sides_is_retried_once_then_named_a_suspect() -> None:
+    """c3 runs at the speed halfway along the step (two changes, not one): it is unlike
+    either side, so it is not placed, not even by its two-point error at the last look; it
+    gets one more step once nothing else is left, and then it is a suspect."""
+    sp = speeds(8, 4)
+    sp[3] = math.log1p(-0.4) / 2
+    steps: list[StepRecord] = []
+    done = bisect(Search(cands(8), 0, 7), Noisy(sp), PLAN, steps, lambda s: None)
+    tried = [s.check("candidate") for s in steps]
+    c3 = [c for c in tried if c is not None and c.name == "c3"]
+    assert [c.outcome for c in c3] == [NOT_PLACED, NOT_PLACED]
+    where = c3[0].verdict["placement"]  # type: ignore[index]
+    assert 0.3 < where["position"] < 0.7 and where["off_p"] < 0.01 and not where["by_nearest"]
+    assert done.status == UNDECIDED and done.suspects == ["c3", "c4"], done.reason
+
+
+def test_the_bad_endpoint_is_judged_fine_only_at_the_per_look_alpha() -> None:
+    plan = step_plan(VerdictPolicy(min_delta=0.025), 32)
+    assert plan.endpoint_policy.alpha == plan.policy.alpha < 0.003
+    assert plan.endpoint_policy.ci_level == pytest.approx(1 - 2 * plan.policy.alpha)
+    assert plan.policy.ci_level == 0.90  # the candidate's CI, as reported, is the usual one
 
 
 def test_an_interrupted_bisect_resumes_with_the_same_answer(tmp_path: Path) -> None:

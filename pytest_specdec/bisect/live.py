@@ -24,6 +24,7 @@ from pytest_specdec.gpu.session import GpuSession
 from pytest_specdec.session.options import RunOptions
 from pytest_specdec.session.steps import Steps
 from pytest_specdec.verdict.judge import Judgement, judge_reference
+from pytest_specdec.verdict.sessions import suite_session_logs, workload_prompts
 from pytest_specdec.verdict.stats import VerdictPolicy
 
 BOOT_ERRORS = (LaunchError, ConfigError, EngineNotInstalled)
@@ -135,6 +136,11 @@ class LiveMeasurer:
         doc = self.document()
         by_name = {c["name"]: c for c in doc["configs"]}
         return judge_reference(doc, by_name[name], by_name[good], policy)
+
+    def session_logs(self, name: str) -> list[float]:
+        doc = self.document()
+        config = next(c for c in doc["configs"] if c["name"] == name)
+        return suite_session_logs(config, workload_prompts(doc))
 
     def end_step(self) -> None:
         if any(s is not None for s in self.steps.values()):

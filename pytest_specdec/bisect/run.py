@@ -13,6 +13,7 @@ from pytest_specdec.bisect.search import BAD, Bounds, bounds, next_index, suspec
 from pytest_specdec.bisect.step import (
     BAD_ENDPOINT,
     CANDIDATE,
+    NOT_PLACED,
     NOT_SLOWER,
     Measurer,
     StepPlan,
@@ -60,11 +61,13 @@ def current_bounds(search: Search, steps: Sequence[StepRecord]) -> Bounds:
 
 
 def _latest_regressed(name: str, steps: Sequence[StepRecord]) -> dict[str, Any] | None:
+    """The verdict to report for the first bad: its latest as a candidate (90% CI), else its
+    latest as the bad endpoint (CI at the plan's per-look alpha)."""
     found = [
-        c.verdict for s in steps for c in s.checks
+        (c.role == CANDIDATE, s.index, c.verdict) for s in steps for c in s.checks
         if c.name == name and c.mark == BAD and c.verdict is not None
     ]  # fmt: skip
-    return found[-1] if found else None
+    return max(found, key=lambda f: (f[0], f[1]))[2] if found else None
 
 
 def _endpoint_problem(search: Search, steps: Sequence[StepRecord]) -> Conclusion | None:
@@ -90,6 +93,28 @@ def _endpoint_problem(search: Search, steps: Sequence[StepRecord]) -> Conclusion
     return None
 
 
+def retry_index(search: Search, steps: Sequence[StepRecord], b: Bounds) -> int | None:
+    """Once only skipped candidates are left: the one nearest the middle that was not placed
+    in its only step (a fresh step with today's endpoints is a fresh draw of the noise; a
+    candidate that did not boot or could not be judged is not retried)."""
+    tries: dict[str, list[str | None]] = {}
+    for step in steps:
+        check = step.check(CANDIDATE)
+        if check is not None:
+            tries.setdefault(check.name, []).append(check.outcome)
+    again = [i for i in b.skipped if tries.get(search.names[i]) == [NOT_PLACED]]
+    mid = (b.lo + b.hi) // 2
+    return min(again, key=lambda i: (abs(i - mid), i)) if again else None
+
+
+def next_candidate(search: Search, steps: Sequence[StepRecord]) -> int | None:
+    """The candidate the next step measures: the middle of the range, else a skipped one
+    worth a second step; None when nothing is left to measure."""
+    b = current_bounds(search, steps)
+    nxt = next_index(b)
+    return nxt if nxt is not None else retry_index(search, steps, b)
+
+
 def conclude(search: Search, steps: Sequence[StepRecord]) -> Conclusion | None:
     """What the finished steps establish; None while another step is needed."""
     if not steps:
@@ -98,7 +123,7 @@ def conclude(search: Search, steps: Sequence[StepRecord]) -> Conclusion | None:
     if problem is not None:
         return problem
     b = current_bounds(search, steps)
-    if next_index(b) is not None:
+    if next_candidate(search, steps) is not None:
         return None
     names = search.names
     if b.skipped:
@@ -118,7 +143,7 @@ def bisect(
     names = search.names
     while (done := conclude(search, steps)) is None:
         b = current_bounds(search, steps)
-        nxt = next_index(b)
+        nxt = next_candidate(search, steps)
         candidate = names[nxt] if nxt is not None else None
         step = run_step(
             measurer, plan, len(steps) + 1, names[search.good], candidate, names[b.hi],

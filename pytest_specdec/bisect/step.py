@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from pytest_specdec.bisect.candidates import BisectError
+from pytest_specdec.bisect.place import NEARER_BAD, NEARER_GOOD, place
 from pytest_specdec.bisect.search import BAD, GOOD, SKIP
 from pytest_specdec.verdict.judge import Judgement
-from pytest_specdec.verdict.numbers import t_cdf
 from pytest_specdec.verdict.planning import SequentialPlan, sequential_plan
 from pytest_specdec.verdict.stats import Outcome, Verdict, VerdictPolicy
 
@@ -26,8 +26,7 @@ FIRST_LOOK = 2  # Welch on session means needs two sessions a side
 BOOT_FAILED = "BOOT-FAILED"
 UNJUDGEABLE = "UNJUDGEABLE"
 NOT_SLOWER = "NOT-SLOWER"  # INCONCLUSIVE, but the CI's lower end is above 1 - δ
-NEARER_GOOD = "NEARER-GOOD"  # significantly above the midpoint between good and bad endpoint
-NEARER_BAD = "NEARER-BAD"  # significantly below it
+NOT_PLACED = "NOT-PLACED"  # a candidate on neither side of the step at the last look: skipped
 CANDIDATE, BAD_ENDPOINT = "candidate", "bad endpoint"
 
 
@@ -43,6 +42,8 @@ class Measurer(Protocol):
     def session(self, name: str) -> float: ...  # one server session; seconds; BootFailed
 
     def judge(self, name: str, good: str, policy: VerdictPolicy) -> Judgement: ...
+
+    def session_logs(self, name: str) -> list[float]: ...  # ln of each session's suite score
 
     def end_step(self) -> None: ...
 
@@ -75,6 +76,16 @@ class StepPlan:
     @property
     def policy(self) -> VerdictPolicy:
         return self.sequential.policy(self.base)
+
+    @property
+    def endpoint_policy(self) -> VerdictPolicy:
+        """The bad endpoint's: its UNCHANGED (TOST) and NOT-SLOWER (the CI's lower end above
+        1 - δ) stop the plan as REGRESSED does, so they too are judged at the per-look alpha,
+        with a CI at 1 - 2·alpha (99.6% for looks up to 32 sessions), not at the 90% CI that
+        a single look uses: repeated at every look, that one would call a real drop fine too
+        often."""
+        policy = self.policy
+        return replace(policy, ci_level=1 - 2 * policy.alpha)
 
     def done(self, judgement: Judgement) -> bool:
         suite = judgement.suite
@@ -196,46 +207,50 @@ def _session(m: Measurer, step: StepRecord, check: Check) -> bool:
     return True
 
 
-def _look(m: Measurer, plan: StepPlan, good: str, check: Check, bad: Check | None = None) -> bool:
-    """Judge ``check`` now; True when its comparison is finished. A candidate is first placed
-    on the good or the bad side of the step (see :func:`nearer`), where the bad endpoint has
-    been judged REGRESSED; else by its own verdict against δ."""
-    judgement = m.judge(check.name, good, plan.policy)
+def _judge(m: Measurer, policy: VerdictPolicy, good: str, check: Check) -> Judgement | None:
+    """``check``'s verdict against the good candidate, kept on the check; None (and the check
+    closed as UNJUDGEABLE) when no verdict can be given."""
+    judgement = m.judge(check.name, good, policy)
     check.verdict = summarize(judgement)
-    check.outcome = judgement.outcome if judgement.suite else UNJUDGEABLE
     if judgement.suite is None:
-        check.detail = judgement.message
+        check.outcome, check.detail = UNJUDGEABLE, judgement.message
+        return None
+    check.outcome = judgement.outcome
+    return judgement
+
+
+def _look_bad(m: Measurer, plan: StepPlan, good: str, bad: Check) -> bool:
+    """The bad endpoint's own verdict against δ; True when its comparison is finished."""
+    judgement = _judge(m, plan.endpoint_policy, good, bad)
+    if judgement is None:
         return True
-    side = nearer(check.verdict, bad, plan.policy.alpha) if bad is not None else None
-    if side is not None:
-        check.outcome = side
-        return True
+    assert judgement.suite is not None
     if not_slower(judgement.suite):
-        check.outcome = NOT_SLOWER
+        bad.outcome = NOT_SLOWER
     return plan.done(judgement)
 
 
-def nearer(cand: dict[str, Any], bad: Check, alpha: float) -> str | None:
-    """Which side of the step the candidate is on: its log ratio against the good candidate,
-    tested one-sidedly against the midpoint between the good (0) and the bad endpoint's log
-    ratio, at the plan's per-look alpha (the two estimates' variances added, the midpoint's a
-    quarter of the bad endpoint's; Welch-Satterthwaite df). None while neither side is shown,
-    or when the bad endpoint is not (yet) judged REGRESSED; the candidate's own verdict
-    against δ decides then."""
-    b = bad.verdict or {}
-    if bad.outcome != Outcome.REGRESSED.value or not b.get("se_log") or not cand.get("se_log"):
-        return None
-    mid = math.log(b["ratio"]) / 2
-    var_c, var_b = cand["se_log"] ** 2, b["se_log"] ** 2 / 4
-    se = math.sqrt(var_c + var_b)
-    t = (math.log(cand["ratio"]) - mid) / se
-    df_c, df_b = max(cand.get("df") or 1.0, 1.0), max(b.get("df") or 1.0, 1.0)
-    df = (var_c + var_b) ** 2 / (var_c**2 / df_c + var_b**2 / df_b)
-    if t_cdf(-t, df) < alpha:
-        return NEARER_GOOD
-    if t_cdf(t, df) < alpha:
-        return NEARER_BAD
-    return None
+def _look_candidate(
+    m: Measurer, plan: StepPlan, good: str, cand: Check, bad: Check, known: bool, last: bool
+) -> bool:
+    """Place the candidate on the good or the bad side of the step
+    (:func:`pytest_specdec.bisect.place.place`); True when that is done, or at the last look
+    (NOT-PLACED: skipped). ``known``: the step was shown in an earlier step of the bisect;
+    otherwise the candidate is placed once the bad endpoint reads REGRESSED in this one."""
+    if _judge(m, plan.policy, good, cand) is None:
+        return True
+    assert cand.verdict is not None
+    if known or bad.outcome == Outcome.REGRESSED.value:
+        g, c, b = (m.session_logs(name) for name in (good, cand.name, bad.name))
+        found = place(g, c, b, plan.policy.alpha, last=last)
+        if found is not None:
+            cand.verdict["placement"] = found.to_dict()
+            if found.side is not None:
+                cand.outcome = found.side
+                return True
+    if last:
+        cand.outcome = NOT_PLACED
+    return last
 
 
 def _good_session(m: Measurer, step: StepRecord) -> None:
@@ -272,19 +287,36 @@ def _measure(
     m: Measurer, plan: StepPlan, step: StepRecord, cand: Check | None, bad: Check,
     confirm_bad: bool,
 ) -> None:  # fmt: skip
+    """Sessions G C B G C B ... with a look at each of the plan's counts: the bad endpoint
+    first, then the candidate against it. The first step confirms the bad endpoint (to its
+    own stop; a bad endpoint that does not regress ends the step); later steps know the step
+    and measure the bad endpoint as long as the candidate."""
     open_ = [c for c in (cand, bad) if c is not None]
     k = 0
     while open_:
         k += 1
         _good_session(m, step)
         open_ = [c for c in open_ if _session(m, step, c)]
-        if k in plan.looks:  # the bad endpoint first: the candidate is placed against it
-            bad_done = bad in open_ and _look(m, plan, step.good, bad)
-            if cand in open_ and _look(m, plan, step.good, cand, bad):  # type: ignore[arg-type]
+        if k in plan.looks:
+            bad_done = bad in open_ and _look_bad(m, plan, step.good, bad)
+            if confirm_bad and bad_done and bad.outcome != Outcome.REGRESSED.value:
+                if cand in open_:
+                    cand.outcome = NOT_PLACED  # nothing to place it against
+                return
+            last = k == plan.looks[-1]
+            if cand in open_ and _look_candidate(
+                m,
+                plan,
+                step.good,
+                cand,
+                bad,
+                not confirm_bad,
+                last,  # type: ignore[arg-type]
+            ):
                 open_.remove(cand)  # type: ignore[arg-type]
             if bad_done and cand not in open_:  # the bad endpoint rides along with the candidate
                 open_.remove(bad)
         if not confirm_bad and bad in open_ and cand not in open_:
             if k not in plan.looks and bad.sessions >= FIRST_LOOK:
-                _look(m, plan, step.good, bad)  # judged with the sessions it has
+                _look_bad(m, plan, step.good, bad)  # judged with the sessions it has
             open_.remove(bad)

@@ -66,20 +66,36 @@ def _ratio(check: Check | None) -> str:
     return f"{v['ratio']:.3f} [{v['ci_low']:.3f}, {high}]"
 
 
+def _placement(check: Check | None) -> dict[str, Any]:
+    return ((check.verdict or {}).get("placement") or {}) if check else {}
+
+
 def _outcome(check: Check | None) -> str:
     if check is None:
         return "-"
-    return f"{check.outcome or 'not judged'} ({check.sessions} sessions)"
+    where = _placement(check)
+    nearest = ""
+    if where.get("by_nearest"):
+        nearest = f", at the last look: two-point error {where['error']:.1g}"
+    return f"{check.outcome or 'not judged'} ({check.sessions} sessions{nearest})"
+
+
+def _position(check: Check | None) -> str:
+    """Where the candidate lies in the step: 0 at the good candidate, 1 at the bad endpoint."""
+    where = _placement(check)
+    if where.get("position") is None:
+        return "-"
+    return f"{where['position']:.2f} (p {where['p']:.2g})"
 
 
 def rows(steps: Sequence[StepRecord]) -> list[list[str]]:
-    out = [["step", "candidate", "verdict vs good", "ratio [CI]", "mark", "bad endpoint",
+    out = [["step", "candidate", "placed", "ratio [CI]", "position", "mark", "bad endpoint",
             "bad ratio [CI]", "minutes"]]  # fmt: skip
     for s in steps:
         cand, bad = s.check(CANDIDATE), s.check(BAD_ENDPOINT)
         bad_name = f"{bad.name}: {_outcome(bad)}" if bad else "-"
         out.append([str(s.index), cand.name if cand else "-", _outcome(cand), _ratio(cand),
-                    cand.mark if cand else "-", bad_name, _ratio(bad),
+                    _position(cand), cand.mark if cand else "-", bad_name, _ratio(bad),
                     f"{s.seconds / 60:.1f}"])  # fmt: skip
     return out
 
@@ -125,6 +141,13 @@ def render(search: Search, done: Conclusion, steps: Sequence[StepRecord], device
     skipped = [
         f"skipped {c.name} at step {s.index}: {c.detail or c.outcome}"
         for s in steps for c in s.checks if c.role == CANDIDATE and c.mark == "skip"
+    ]  # fmt: skip
+    skipped += [
+        f"{c.name} (step {s.index}) was placed at the last look on its two-point error "
+        f"({where['error']:.1g}), not at the plan's alpha: a larger --max-sessions would make "
+        "it firmer"
+        for s in steps for c in s.checks
+        if c.role == CANDIDATE and (where := _placement(c)).get("by_nearest")
     ]  # fmt: skip
     return "\n".join([*_headline(search, done), "", render_table(rows(steps)), "", spent,
                       *skipped])  # fmt: skip

@@ -50,6 +50,12 @@ def session_means(sessions: Sequence[Sequence[float]]) -> list[float]:
     return [math.exp(statistics.fmean(math.log(v) for v in values)) for values in sessions]
 
 
+def suite_session_logs(config: Mapping[str, Any], prompts: Sequence[str]) -> list[float]:
+    """ln of each server session's suite score (geometric mean over its runs and prompts)."""
+    scores = [runs for s in by_session(config, prompts) if (runs := suite_runs(s))]
+    return [math.log(m) for m in session_means(scores)]
+
+
 def accept_means(config: Mapping[str, Any], prompts: Sequence[str]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for p in prompts:

@@ -227,12 +227,12 @@ def _explain(v: Verdict) -> str:
     change = f"{'drop' if slower else 'gain'} {abs(v.ratio - 1):.1%}"
     d = f"δ {v.delta:.1%}"
     if v.outcome in (Outcome.REGRESSED, Outcome.IMPROVED):
-        return f"{head}, {p_txt} < {v.alpha:g} and {change} ≥ {d}"
+        return f"{head}, {p_txt} < {v.alpha:.3g} and {change} ≥ {d}"
     if v.outcome is Outcome.UNCHANGED:
         bounds = f"{1 - v.delta:.3f}{_DASH}{1 + v.delta:.3f}"
         return f"{head} inside ±{d} ({bounds}); {p_txt}, MDE {v.mde:.1%}"
     p_eff = p if v.p_adjusted is None else v.p_adjusted
-    why = f"{p_txt} ≥ {v.alpha:g}" if p_eff >= v.alpha else f"{p_txt} but {change} < {d}"
+    why = f"{p_txt} ≥ {v.alpha:.3g}" if p_eff >= v.alpha else f"{p_txt} but {change} < {d}"
     if v.runs_needed is not None:
         more = f"~{v.runs_needed} more {unit} would decide it"
     elif v.method == "prediction-interval":
