@@ -1,10 +1,11 @@
 """One step of a bisect: the middle candidate and the bad endpoint measured against the good
 candidate in interleaved server sessions (good, candidate, bad, good, candidate, bad, ...),
-each judged by the verdict engine at the looks of its sequential plan.
+looked at on the sequential plan's looks: the bad endpoint judged by the verdict engine, the
+candidate placed on one side of the step (:mod:`pytest_specdec.bisect.place`).
 
-Sessions go where they are needed: a candidate far from the threshold is decided at the first
-look (two sessions a side), one near it takes more looks, up to the plan's last; a candidate
-still INCONCLUSIVE there is skipped, as ``git bisect skip`` does.
+Sessions go where they are needed: a candidate of a large step is placed at the first look
+(two sessions a side), one of a small step takes more looks, up to the plan's last; a
+candidate not placed there is skipped, as ``git bisect skip`` does.
 """
 
 from __future__ import annotations
