@@ -1,4 +1,4 @@
-"""The end of a pytest session: verdicts across configs, drift, baseline updates, reports
+"""The end of a pytest run: verdicts across configs, drift, baseline updates, reports
 (Markdown, step summary, pytest-benchmark JSON, chart) and the terminal summary lines."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def is_xdist_controller(config: pytest.Config) -> bool:
     return config.pluginmanager.getplugin("dsession") is not None
 
 
-def finish_session(session: pytest.Session) -> None:
+def finish_run(session: pytest.Session) -> None:
     """At session end: merge the xdist workers' results (controller), or judge every
     config with Holm across them, list drift, update baselines if asked, write the reports
     and set the exit status when a verdict fails the run."""
@@ -30,7 +30,9 @@ def finish_session(session: pytest.Session) -> None:
     if state is not None and is_xdist_controller(session.config):
         state.merged = merge_worker_results(state.results_path, state.started)
         if state.merged is not None:  # runs of a config may come from several workers
-            atomic_write_json(state.results_path, annotate(state.merged))
+            state.merged = annotate(state.merged)
+            session.config.hook.pytest_specdec_results(config=session.config, document=state.merged)
+            atomic_write_json(state.results_path, state.merged)
             state.summary_lines += write_reports(session.config, state.merged)
         return
     if state is None or not state.used:
@@ -43,6 +45,7 @@ def finish_session(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return
     runner.verdicts = judgements
+    session.config.hook.pytest_specdec_judgements(config=session.config, judgements=judgements)
     try:
         runner.drifts()
     except HistoryUnavailable as exc:
@@ -51,15 +54,15 @@ def finish_session(session: pytest.Session) -> None:
     state.summary_lines += verdict_lines(judgements)
     state.summary_lines += [f"{d['config']}: {d['message']}" for d in runner.drift]
     state.summary_lines += [f"diagnosis: {line}" for line in indistinguishable(runner.document())]
-    if runner.options.update_baselines:
+    if runner.settings.update_baselines:
         state.summary_lines += ["baseline update:", *runner.update_baselines()]
     if state.worker_id is None:  # reports come from the process that sees every config
         state.summary_lines += write_reports(session.config, runner.document())
-    found = failures(judgements, runner.options.fail_on, runner.options.provisional_gates)
-    if "drift" in runner.options.fail_on:  # opt-in: --specdec-fail-on regressed,drift
+    found = failures(judgements, runner.settings.fail_on, runner.settings.provisional_gates)
+    if "drift" in runner.settings.fail_on:  # opt-in: --specdec-fail-on regressed,drift
         found += [f"{d['config']}: {d['message']}" for d in runner.drift]
-    if not runner.options.provisional_gates:
-        state.summary_lines += not_gating(judgements, runner.options.fail_on)
+    if not runner.settings.provisional_gates:
+        state.summary_lines += not_gating(judgements, runner.settings.fail_on)
     if found and session.exitstatus == pytest.ExitCode.OK:
         state.summary_lines += ["FAILED after Holm across configs:", *found]
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -86,6 +89,8 @@ def write_reports(config: pytest.Config, doc: dict[str, Any]) -> list[str]:
         from pytest_specdec.report.charts import results_chart
 
         lines.append(f"chart: {results_chart(doc, chart)}")
+    for extra in config.hook.pytest_specdec_report(config=config, document=doc):
+        lines += extra
     return lines
 
 
@@ -104,12 +109,12 @@ def summary_lines(config: pytest.Config) -> list[str]:
         return []
     runner = state.runner
     prompts = [p.id for p in runner.workload.prompts]
-    path = str(runner.options.results_path) if runner.options.results_path else None
+    path = str(runner.settings.results_path) if runner.settings.results_path else None
     lines = terminal_summary(runner.records, prompts, path, rooflines(runner.document()))
     lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
-    if state.lossless_lines:
+    if runner.lossless_lines:
         lines += ["lossless (greedy output vs the target without speculation):"]
-        lines += state.lossless_lines
+        lines += runner.lossless_lines
     return lines
 
 

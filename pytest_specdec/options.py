@@ -357,7 +357,7 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             type=positive_int,
             default=None,
             metavar="MHZ",
-            help="lock the SM clock at MHZ for the session (root only); recorded in the "
+            help="lock the SM clock at MHZ for the whole run (root only); recorded in the "
             "baseline key and always reset on exit",
         ),
     ),

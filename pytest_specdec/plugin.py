@@ -12,16 +12,22 @@ import pytest
 from pytest_specdec import options as opt
 from pytest_specdec.core.configs import ConfigError, SpecConfig
 from pytest_specdec.core.workloads import Prompt
+from pytest_specdec.driver.runner import Runner, Server
 from pytest_specdec.engines import EngineNotInstalled
 from pytest_specdec.engines.launch import LaunchError, kill_all, lineage
-from pytest_specdec.finish import finish_session, summary_lines
+from pytest_specdec.finish import finish_run, summary_lines
 from pytest_specdec.measure.lossless import LosslessResult
 from pytest_specdec.report.export import verdict_properties
-from pytest_specdec.session.runner import Runner, Server
-from pytest_specdec.state import STASH_KEY, SpecdecState, runner_state
+from pytest_specdec.state import STASH_KEY, SpecdecState
 from pytest_specdec.verdict.baselines import BaselineError
 from pytest_specdec.verdict.gate import failures
 from pytest_specdec.verdict.judge import MISMATCH, NO_BASELINE, PARTIAL, UNJUDGEABLE, Judgement
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_specdec import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -72,7 +78,7 @@ def slots(configs: list[SpecConfig], sessions: int) -> list[Slot]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = metafunc.config.stash[STASH_KEY]
     if "specdec_slot" in metafunc.fixturenames:
-        found = slots(state.configs, state.options.sessions)
+        found = slots(state.configs, state.settings.sessions)
         # xdist_group: under --dist loadgroup every test of a config runs on one worker.
         params = [
             pytest.param(s, id=s.id, marks=pytest.mark.xdist_group(s.config.name)) for s in found
@@ -92,7 +98,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def specdec(request: pytest.FixtureRequest) -> Runner:
-    """The session's runner: measure(server, prompt), options, records."""
+    """The run's runner: measure(server, prompt), settings, records."""
     return request.config.stash[STASH_KEY].runner
 
 
@@ -184,7 +190,7 @@ def check_judgement(
     if error is not None:
         pytest.fail(error, pytrace=False)
     if judgement.status == NO_BASELINE:
-        if runner.options.update_baselines:
+        if runner.settings.update_baselines:
             pytest.skip(f"{judgement.message.split(';')[0]}; this run creates it")
         pytest.skip(judgement.message)
     if judgement.status == PARTIAL:
@@ -194,7 +200,7 @@ def check_judgement(
     if record is not None:
         for prop, value in verdict_properties(judgement):
             record(prop, value)
-    found = failures([judgement], runner.options.fail_on, runner.options.provisional_gates)
+    found = failures([judgement], runner.settings.fail_on, runner.settings.provisional_gates)
     if found:
         pytest.fail("\n".join(found + judgement.notes), pytrace=False)
     return judgement
@@ -203,24 +209,23 @@ def check_judgement(
 def check_lossless(runner: Runner, server: Server, prompt: Prompt) -> LosslessResult:
     """Compare with the reference; fail on an early divergence, list a late one (a near-tie
     flip) in the summary. Skipped for a server given by URL: no reference can be booted."""
-    if runner.options.server_url:
+    if runner.settings.server_url:
         pytest.skip("lossless check needs the target booted without speculation as reference; "
                     "not possible with --specdec-server-url")  # fmt: skip
-    if runner.options.temperature > 0:
-        t = runner.options.temperature
+    if runner.settings.temperature > 0:
+        t = runner.settings.temperature
         pytest.skip(f"lossless check: exact equality with the target's greedy output does not "
                     f"apply when sampling (--specdec-temperature {t:g})")  # fmt: skip
     result = runner.lossless(server, prompt)
-    state = runner_state(runner)
-    if result.outcome != "identical" and state is not None:
-        state.lossless_lines.append(result.message)
+    if result.outcome != "identical":
+        runner.lossless_lines.append(result.message)
     if result.failed:
         pytest.fail(result.message, pytrace=False)
     return result
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    finish_session(session)
+    finish_run(session)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -1,4 +1,4 @@
-"""Per-pytest-process state of the plugin: the options validated into :class:`RunOptions`
+"""Per-pytest-process state of the plugin: the options validated into :class:`RunSettings`
 at configure time (bad values are usage errors naming the flag), and the runner, made when
 the first test needs it."""
 
@@ -6,25 +6,55 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from pytest_specdec.core.configs import ConfigError, SpecConfig, load_registry, split_names
+from pytest_specdec.core.engine_table import ENGINE_TABLE, EngineTableError
 from pytest_specdec.core.suitefile import load_suite_settings, with_engine_args
 from pytest_specdec.core.workloads import WorkloadError, load_workload
+from pytest_specdec.driver.runner import Runner, RunSettings, resolve_configs
 from pytest_specdec.engines.container import DockerSettings
 from pytest_specdec.engines.cpus import CpuShareError, engine_cpus
 from pytest_specdec.engines.launch import LaunchError
 from pytest_specdec.gpu.hygiene import HygienePolicy
+from pytest_specdec.gpu.monitor import GpuMonitor, GpuSettings
 from pytest_specdec.gpu.nvml import probe, xdist_worker_index
-from pytest_specdec.gpu.session import GpuOptions, GpuSession
-from pytest_specdec.session.runner import Runner, RunOptions, resolve_configs
 
 STASH_KEY = pytest.StashKey["SpecdecState"]()
-_STATES: dict[int, SpecdecState] = {}
+
+
+def register_engines(config: pytest.Config) -> None:
+    """The engines that pytest plugins add (``pytest_specdec_engines``), each named by the
+    plugin that gave it; a name registered twice is a usage error naming both."""
+    for impl in config.hook.pytest_specdec_engines.get_hookimpls():
+        found = cast("Mapping[str, Any]", impl.function() or {})
+        for name, factory in found.items():
+            try:
+                ENGINE_TABLE.add(name, factory, f"pytest plugin {impl.plugin_name}")
+            except EngineTableError as exc:
+                raise pytest.UsageError(str(exc)) from None
+
+
+def hardware_fields(config: pytest.Config) -> tuple[tuple[str, str], ...]:
+    """The plugins' extra hardware fields (``pytest_specdec_hardware``), sorted; one field
+    given two values is a usage error."""
+    fields: dict[str, tuple[str, str]] = {}
+    for impl in config.hook.pytest_specdec_hardware.get_hookimpls():
+        given = cast("Mapping[str, Any]", impl.function(config=config) or {})
+        for key, value in given.items():
+            known = fields.get(str(key))
+            if known is not None and known[0] != str(value):
+                raise pytest.UsageError(
+                    f"hardware field {key!r} is {known[0]!r} by plugin {known[1]} and "
+                    f"{value!r} by plugin {impl.plugin_name}; make them agree or rename one"
+                )
+            fields[str(key)] = (str(value), impl.plugin_name)
+    return tuple(sorted((k, v) for k, (v, _) in fields.items()))
 
 
 class SpecdecState:
@@ -32,6 +62,8 @@ class SpecdecState:
 
     def __init__(self, config: pytest.Config) -> None:
         getopt = config.getoption
+        self.config = config
+        register_engines(config)
         root = Path(str(config.rootpath))
         suite_path = getopt("--specdec-suite-file") or root / "suites" / "specdec.toml"
         if getopt("--specdec-suite-file") and not suite_path.is_file():
@@ -45,6 +77,13 @@ class SpecdecState:
             )
             files = [p for p in (suite_path,) if p.exists()] + list(getopt("--specdec-config-file"))
             engine = getopt("--specdec-engine") or self.suite.engine
+            if engine not in ENGINE_TABLE.names():
+                raise ConfigError(
+                    f"--specdec-engine {engine}: no such engine is installed; installed: "
+                    f"{', '.join(ENGINE_TABLE.names())} (an adapter registers itself under the "
+                    "entry-point group pytest_specdec.engines, or through the "
+                    "pytest_specdec_engines hook)"
+                )
             self.registry = load_registry(
                 files, default_engine=engine if engine != "openai" else None
             )
@@ -72,7 +111,7 @@ class SpecdecState:
         if self.worker_id:  # each xdist worker writes its own file; the controller merges them
             results = results.with_name(f"{results.stem}.{self.worker_id}{results.suffix}")
         self.results_path: Path = getopt("--specdec-results")
-        self.gpu_options = GpuOptions(
+        self.gpu_settings = GpuSettings(
             gpus=getopt("--specdec-gpus"),
             require=getopt("--specdec-require-gpu"),
             hz=getopt("--specdec-telemetry-hz"),
@@ -82,7 +121,7 @@ class SpecdecState:
         )
         if getopt("--specdec-chart") is not None:
             _check_charts()
-        if self.gpu_options.require:
+        if self.gpu_settings.require:
             available, reason = probe()
             if not available:
                 raise pytest.UsageError(
@@ -91,7 +130,7 @@ class SpecdecState:
                 )
         given = getopt("--specdec-cpus")  # checked now; the automatic split when first used
         cpus = self._engine_cpus(given) if given is not None else None
-        self.options = RunOptions(
+        self.settings = RunSettings(
             engine=engine,
             config_names=tuple(  # a name resolved on another engine travels qualified
                 c.qualified_name if c.engine != engine else n
@@ -127,6 +166,7 @@ class SpecdecState:
             lossless_fail_before=getopt("--specdec-lossless-fail-before"),
             adaptive=getopt("--specdec-adaptive"),
             cpus=cpus,
+            hardware_fields=hardware_fields(config),
         )
         self.summary_lines: list[str] = []
         self._runner: Runner | None = None
@@ -169,13 +209,18 @@ class SpecdecState:
     @property
     def runner(self) -> Runner:
         if self._runner is None:
-            if self.options.cpus is None and self.n_workers > 1:  # a CPU host's xdist split
-                self.options = replace(self.options, cpus=self._engine_cpus(None))
-            gpu = GpuSession(self.gpu_options, self.worker_id, self.n_workers)
-            self._runner = Runner(self.options, self.registry, self.suite, self.workload, gpu=gpu)
+            if self.settings.cpus is None and self.n_workers > 1:  # a CPU host's xdist split
+                self.settings = replace(self.settings, cpus=self._engine_cpus(None))
+            gpu = GpuMonitor(self.gpu_settings, self.worker_id, self.n_workers)
+            self._runner = Runner(
+                self.settings, self.registry, self.suite, self.workload, gpu=gpu,
+                on_write=self._amend,
+            )  # fmt: skip
             self._runner.notes[:0] = self.notes
-            _STATES[id(self._runner)] = self
         return self._runner
+
+    def _amend(self, document: dict[str, Any]) -> None:
+        self.config.hook.pytest_specdec_results(config=self.config, document=document)
 
     @property
     def used(self) -> bool:
@@ -190,8 +235,3 @@ def _check_charts() -> None:
         check_available()
     except ChartsUnavailable as exc:
         raise pytest.UsageError(f"--specdec-chart: {exc}") from None
-
-
-def runner_state(runner: Runner) -> SpecdecState | None:
-    """The plugin state that made ``runner`` (None for a runner made elsewhere)."""
-    return _STATES.get(id(runner))

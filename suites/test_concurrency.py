@@ -6,7 +6,7 @@ The engine needs as many parallel slots as the largest level (llama.cpp: -np); t
 setting is recorded with each level.
 """
 
-from pytest_specdec.session.runner import Runner, Server
+from pytest_specdec.driver.runner import Runner, Server
 
 
 def test_concurrency(specdec: Runner, specdec_server: Server, specdec_clients: int) -> None:

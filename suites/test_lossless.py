@@ -11,8 +11,8 @@ warning (batched verification may flip a floating-point near-tie).
 import pytest
 
 from pytest_specdec.core.workloads import Prompt
+from pytest_specdec.driver.runner import Runner, Server
 from pytest_specdec.plugin import check_lossless
-from pytest_specdec.session.runner import Runner, Server
 
 pytestmark = pytest.mark.specdec_lossless
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 
 from pytest_specdec.core.workloads import Prompt
+from pytest_specdec.driver.runner import Runner, Server, run_errors
 from pytest_specdec.plugin import check_judgement
 from pytest_specdec.report.export import junit_properties
-from pytest_specdec.session.runner import Runner, Server, run_errors
 
 Record = Callable[[str, object], None]
 
@@ -33,6 +33,6 @@ def test_throughput(
 
 
 def test_verdict(specdec: Runner, specdec_server: Server, record_property: Record) -> None:
-    if specdec_server.config.name == specdec.options.reference:
+    if specdec_server.config.name == specdec.settings.reference:
         pytest.skip("the reference config: the others are judged against it")
     check_judgement(specdec, specdec_server.config.name, record_property)

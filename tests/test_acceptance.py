@@ -235,11 +235,11 @@ def test_history_finds_a_change_point_in_accept_length_alone() -> None:
 
 
 def test_sampling_settings_reach_each_engines_request() -> None:
+    from pytest_specdec.driver.settings import RunSettings
     from pytest_specdec.engines.base import RequestSpec, chat_payload
     from pytest_specdec.engines.sglang import native_payload
-    from pytest_specdec.session.options import RunOptions
 
-    opts = RunOptions(temperature=0.8, top_p=0.95, seed=3)
+    opts = RunSettings(temperature=0.8, top_p=0.95, seed=3)
     req = RequestSpec("p", [{"role": "user", "content": "hi"}], "hi", 16, temperature=0.8,
                       top_p=0.95, seed=opts.request_seed(2))  # fmt: skip
     chat = chat_payload(req)
@@ -248,4 +248,4 @@ def test_sampling_settings_reach_each_engines_request() -> None:
     assert params == {"temperature": 0.8, "top_p": 0.95, "sampling_seed": 5, "max_new_tokens": 16}
     greedy = chat_payload(RequestSpec("p", [], "hi", 16, top_p=0.95, seed=1))
     assert greedy["temperature"] == 0.0 and "seed" not in greedy and "top_p" not in greedy
-    assert RunOptions().request_seed(0) is None and RunOptions(seed=4).request_seed(0) == 4
+    assert RunSettings().request_seed(0) is None and RunSettings(seed=4).request_seed(0) == 4

@@ -118,9 +118,9 @@ def test_no_private_name_is_imported_from_another_module() -> None:
 def test_private_import_check_sees_one(tmp_path: Path) -> None:
     bad = PACKAGE / "core" / "results.py"  # read only: the checker is given a copy's path
     copy = tmp_path / "user.py"
-    copy.write_text(bad.read_text() + "\nfrom pytest_specdec.session.boot import _hidden\n")
+    copy.write_text(bad.read_text() + "\nfrom pytest_specdec.driver.boot import _hidden\n")
     assert private_imports([copy]) == [f"{copy}:{len(copy.read_text().splitlines())}: "
-                                       "pytest_specdec.session.boot._hidden"]  # fmt: skip
+                                       "pytest_specdec.driver.boot._hidden"]  # fmt: skip
 
 
 def test_no_module_is_too_long_to_read_at_once() -> None:
@@ -177,7 +177,7 @@ def test_layer_contracts_hold_and_catch_an_upward_import(tmp_path: Path) -> None
     shutil.copytree(PACKAGE, tmp_path / "pytest_specdec")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     results = tmp_path / "pytest_specdec" / "core" / "results.py"
-    results.write_text(results.read_text() + "\nimport pytest_specdec.session.runner\n")
+    results.write_text(results.read_text() + "\nimport pytest_specdec.driver.runner\n")
     broken = lint(tmp_path)
     assert broken.returncode != 0
-    assert "pytest_specdec.core.results -> pytest_specdec.session.runner" in broken.stdout
+    assert "pytest_specdec.core.results -> pytest_specdec.driver.runner" in broken.stdout

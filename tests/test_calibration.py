@@ -13,13 +13,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from scipy import stats as sps
+from tests_support import against_history
 
 from pytest_specdec.verdict.planning import SequentialPlan, sequential_plan
 from pytest_specdec.verdict.stats import (
     SessionSummary,
     Verdict,
     VerdictPolicy,
-    against_history,
     against_history_sessions,
 )
 

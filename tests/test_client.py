@@ -17,12 +17,12 @@ from pytest_specdec.core.configs import Registry, preset_configs
 from pytest_specdec.core.results import RunRecord, finalize_timings, load_results
 from pytest_specdec.core.suitefile import EngineSettings, SuiteSettings
 from pytest_specdec.core.workloads import load_workload
+from pytest_specdec.driver.runner import Runner, RunSettings, run_errors
 from pytest_specdec.engines import Engine, make_engine
 from pytest_specdec.engines.base import RequestSpec
 from pytest_specdec.engines.launch import LaunchError
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.measure.client import ClientSettings, LoopThread, RequestFailed
-from pytest_specdec.session.runner import Runner, RunOptions, run_errors
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -703,7 +703,7 @@ def make_runner(tmp_path: Path) -> Iterator[Callable[..., Runner]]:
             "runs": 2,
             "warmup": False,
         }
-        opts = RunOptions(**{**defaults, **options})
+        opts = RunSettings(**{**defaults, **options})
         runner = Runner(
             opts,
             Registry(preset_configs()),

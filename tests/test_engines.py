@@ -16,17 +16,18 @@ import pytest
 import yaml
 
 from pytest_specdec.core.configs import (
-    ENGINES,
+    PRESET_ENGINES,
     Registry,
     SpecConfig,
     load_registry,
     parse_config,
     preset_configs,
 )
+from pytest_specdec.core.engine_table import ENGINE_TABLE, EngineTableError
 from pytest_specdec.core.suitefile import EngineSettings, SuiteSettings
 from pytest_specdec.core.workloads import load_workload
+from pytest_specdec.driver.runner import Runner, RunSettings
 from pytest_specdec.engines import (
-    ENGINE_CLASSES,
     Engine,
     EngineNotInstalled,
     llamacpp,
@@ -39,7 +40,6 @@ from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.openai import OpenAIEngine
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.engines.vllm import VLLMEngine
-from pytest_specdec.session.runner import Runner, RunOptions
 
 MODEL = "/models/target model.gguf"
 DRAFT = "/models/draft.gguf"
@@ -101,7 +101,7 @@ def executable(path: Path, body: str = "#!/bin/sh\nexit 0\n") -> Path:
 
 
 def test_presets_are_exactly_the_shipped_ones() -> None:
-    names = {e: sorted(c.name for c in presets_of(e)) for e in ENGINES}
+    names = {e: sorted(c.name for c in presets_of(e)) for e in PRESET_ENGINES}
     assert names == {
         "llamacpp": ["baseline", "draft-d16", "draft-d4", "ngram"],
         "sglang": [
@@ -120,7 +120,7 @@ def test_presets_are_exactly_the_shipped_ones() -> None:
     assert all(c.source == f"preset {c.engine}.toml" for c in PRESETS)
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", PRESET_ENGINES)
 def test_baseline_preset_does_not_speculate(engine: str) -> None:
     cfg = REGISTRY.resolve("baseline", engine)
     assert (cfg.args, dict(cfg.env), cfg.draft, cfg.speculative_config) == ((), {}, None, None)
@@ -298,7 +298,7 @@ def test_sglang_key_goes_in_a_private_config_file_not_the_argv(
 
 
 def test_runner_keeps_key_files_in_a_private_folder_removed_at_close(tmp_path: Path) -> None:
-    options = RunOptions(results_path=tmp_path / "r.json", api_key="k", log_dir=tmp_path)
+    options = RunSettings(results_path=tmp_path / "r.json", api_key="k", log_dir=tmp_path)
     runner = Runner(options, REGISTRY, SuiteSettings(), load_workload("seed"))
     folder = runner.booter.secret_dir()
     assert folder is not None and folder == runner.booter.secret_dir()  # one per run
@@ -405,7 +405,7 @@ def test_vllm_speculative_config_with_metacharacters_is_one_json_argument() -> N
 
 
 def test_make_engine_unknown_name_lists_valid_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown engine 'tgi'; valid: ") as info:
+    with pytest.raises(ValueError, match=r"unknown engine 'tgi'; installed: ") as info:
         make_engine("tgi")
     for name in ("llamacpp", "sglang", "vllm", "openai"):
         assert name in str(info.value)
@@ -429,7 +429,18 @@ def test_make_engine_known_names(name: str, cls: type, readiness: str) -> None:
     assert engine.readiness_path == readiness
     assert engine.settings is settings
     assert make_engine(name).settings == EngineSettings()
-    assert ENGINE_CLASSES[name] is cls
+    assert ENGINE_TABLE.factory(name) is cls
+    assert "entry point pytest_specdec.engines." in ENGINE_TABLE.source(name)
+
+
+def test_engine_table_errors_name_the_value_and_the_fix() -> None:
+    with pytest.raises(EngineTableError, match=r"unknown engine 'trt'; installed: .*llamacpp"):
+        make_engine("trt")
+    with pytest.raises(EngineTableError, match="registered twice: by entry point"):
+        ENGINE_TABLE.add("llamacpp", OpenAIEngine, "pytest plugin x")
+    with pytest.raises(EngineTableError, match="use lowercase letters"):
+        ENGINE_TABLE.add("Bad Name", OpenAIEngine, "pytest plugin x")
+    assert "openai" not in ENGINE_TABLE.config_engines()  # it measures a foreign server
 
 
 def test_openai_engine_refuses_to_boot() -> None:

@@ -32,12 +32,13 @@ import pytest
 from fake_nvml import FakeNvml
 from fault_server import FaultServer, accepts_connections, cmdline, engine_pids, parent_pid
 
+import pytest_specdec.driver.boot as boot_module
 import pytest_specdec.gpu.nvml as gpu_module
-import pytest_specdec.session.boot as boot_module
 from pytest_specdec.core.configs import Registry, preset_configs
 from pytest_specdec.core.results import ResultsError, load_results, merge_worker_results
 from pytest_specdec.core.suitefile import load_suite_settings
 from pytest_specdec.core.workloads import load_workload
+from pytest_specdec.driver.runner import Runner, RunSettings
 from pytest_specdec.engines.launch import (
     ENGINE_MARKER,
     LaunchError,
@@ -48,9 +49,8 @@ from pytest_specdec.engines.launch import (
     stop_process,
     wait_ready,
 )
+from pytest_specdec.gpu.monitor import GpuMonitor, GpuSettings
 from pytest_specdec.gpu.nvml import NvmlLoader
-from pytest_specdec.gpu.session import GpuOptions, GpuSession
-from pytest_specdec.session.runner import Runner, RunOptions
 from pytest_specdec.verdict.baselines import append_session
 
 REPO = Path(__file__).resolve().parent.parent
@@ -119,7 +119,7 @@ def _healthy(port: int) -> bool:
 
 def _engine_runner(tmp_path: Path, model: Path, **options: Any) -> Runner:
     """The runner the plugin builds, in this process, booting the real llama-server."""
-    opts = RunOptions(
+    opts = RunSettings(
         engine="llamacpp", runs=1, max_tokens=16, warmup=False, model=str(model),
         results_path=tmp_path / "r.json", log_dir=tmp_path / "logs", **options,
     )  # fmt: skip
@@ -677,7 +677,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_specdec.session.runner import Server
+from pytest_specdec.driver.runner import Server
 
 
 def _listening(port: int) -> list[str]:
@@ -804,11 +804,11 @@ def test_gpu_lost_mid_run_keeps_measuring_and_records_when(
             time.sleep(0.1)
         return httpx.Response(200, content=_chat_stream(8))
 
-    options = RunOptions(
+    options = RunSettings(
         server_url="http://test", engine="llamacpp", runs=3, warmup=False,
         results_path=tmp_path / "r.json", config_names=("baseline",),
     )  # fmt: skip
-    gpu = GpuSession(GpuOptions(cooldown=False, hz=50), None, 1)
+    gpu = GpuMonitor(GpuSettings(cooldown=False, hz=50), None, 1)
     runner = Runner(
         options, Registry(preset_configs()), load_suite_settings(None), load_workload("seed"),
         httpx.MockTransport(handler), gpu=gpu,

@@ -18,7 +18,6 @@ from pytest_specdec.gpu.hygiene import (
     idle_temperature,
     invalid_reasons,
     session_median_sm_clock,
-    throughput_per_clock,
 )
 from pytest_specdec.gpu.nvml import (
     LOCKED_SM_CLOCKS,
@@ -289,12 +288,10 @@ def test_policy_thresholds_are_validated() -> None:
     assert invalid_reasons(make_run([0x4] * 98 + [0x24] * 2), 1500.0, loose) == []
 
 
-def test_session_median_clock_and_throughput_per_clock() -> None:
+def test_session_median_clock() -> None:
     runs = [make_run([0x4], sm_mhz=m) for m in (1400.0, 1500.0, 1450.0)]
     assert session_median_sm_clock([*runs, None]) == 1450.0
     assert session_median_sm_clock([None]) is None
-    assert throughput_per_clock(300.0, runs[1]) == pytest.approx(0.2)
-    assert throughput_per_clock(300.0, None) is None
 
 
 # ---------------------------------------------------------------------------- cooldown

@@ -14,11 +14,11 @@ import pytest_specdec.gpu.nvml as gpu_module
 from pytest_specdec.core.configs import Registry, preset_configs
 from pytest_specdec.core.suitefile import SuiteSettings
 from pytest_specdec.core.workloads import load_workload
+from pytest_specdec.driver.runner import Runner, RunSettings
+from pytest_specdec.gpu.monitor import GpuMonitor, GpuRequired, GpuSettings
 from pytest_specdec.gpu.nvml import NvmlLoader
-from pytest_specdec.gpu.session import GpuOptions, GpuRequired, GpuSession
 from pytest_specdec.report.summary import summarize
 from pytest_specdec.report.table import table_rows
-from pytest_specdec.session.runner import Runner, RunOptions
 
 HW_THERMAL = 0x40
 
@@ -54,9 +54,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
 
 
 def _runner(
-    tmp_path: Path, transport: httpx.MockTransport, gpu: GpuSession, runs: int = 3
+    tmp_path: Path, transport: httpx.MockTransport, gpu: GpuMonitor, runs: int = 3
 ) -> Runner:
-    options = RunOptions(
+    options = RunSettings(
         server_url="http://test", engine="llamacpp", runs=runs, warmup=False,
         results_path=tmp_path / "r.json", config_names=("baseline",),
     )  # fmt: skip
@@ -71,7 +71,7 @@ def test_thermal_throttled_run_is_marked_invalid_and_rerun(tmp_path: Path, fake:
         dev.sm_mhz, dev.power_mw, dev.temp_c = 1980, 650_000, 56
         dev.reasons = HW_THERMAL if n == 2 else 0x4
 
-    gpu = GpuSession(GpuOptions(cooldown=False, hz=50), None, 1)
+    gpu = GpuMonitor(GpuSettings(cooldown=False, hz=50), None, 1)
     runner = _runner(tmp_path, _server(on_chat), gpu)
     try:
         server = runner.boot(runner.configs[0])
@@ -100,7 +100,7 @@ def test_reruns_are_bounded(tmp_path: Path, fake: FakeNvml) -> None:
     def on_chat(n: int) -> None:
         fake.gpus[0].reasons = HW_THERMAL
 
-    gpu = GpuSession(GpuOptions(cooldown=False, hz=50), None, 1)
+    gpu = GpuMonitor(GpuSettings(cooldown=False, hz=50), None, 1)
     runner = _runner(tmp_path, _server(on_chat), gpu, runs=2)
     try:
         runs = runner.measure(runner.boot(runner.configs[0]), runner.workload.prompts[0])
@@ -119,7 +119,7 @@ def test_engine_gets_this_workers_gpu_by_uuid(monkeypatch: pytest.MonkeyPatch) -
     fake_two = FakeNvml(n_gpus=2)
     monkeypatch.setattr(gpu_module, "_DEFAULT_LOADER", NvmlLoader(lambda: fake_two))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    session = GpuSession(GpuOptions(cooldown=False), "gw1", 2)
+    session = GpuMonitor(GpuSettings(cooldown=False), "gw1", 2)
     try:
         assert session.devices == [1]
         assert session.engine_env() == {
@@ -133,7 +133,7 @@ def test_no_gpu_means_null_telemetry_not_zeros(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(gpu_module, "_DEFAULT_LOADER", NvmlLoader(lambda: FakeNvml(init_error=9)))
-    gpu = GpuSession(GpuOptions(), None, 1)
+    gpu = GpuMonitor(GpuSettings(), None, 1)
     runner = _runner(tmp_path, _server(lambda n: None), gpu, runs=1)
     try:
         runs = runner.measure(runner.boot(runner.configs[0]), runner.workload.prompts[0])
@@ -143,4 +143,4 @@ def test_no_gpu_means_null_telemetry_not_zeros(
     assert data["gpu"] is None and runs[0].gpu is None and runs[0].tok_per_s
     assert data["notes"] == [f"no GPU telemetry: {gpu.reason}"]
     with pytest.raises(GpuRequired, match="--specdec-require-gpu: no usable NVIDIA GPU"):
-        GpuSession(GpuOptions(require=True), None, 1)
+        GpuMonitor(GpuSettings(require=True), None, 1)

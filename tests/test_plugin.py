@@ -17,7 +17,7 @@ def test_unknown_config_fails_at_once_listing_valid_names(suite_project: pytest.
     [
         ("--specdec-runs", "0", "*--specdec-runs*'0' must be at least 1*"),
         ("--specdec-max-tokens", "lots", "*--specdec-max-tokens*'lots' is not a whole number*"),
-        ("--specdec-engine", "tgi", "*--specdec-engine*unknown engine 'tgi'*"),
+        ("--specdec-engine", "tgi", "*--specdec-engine tgi: no such engine is installed*"),
         ("--specdec-server-url", "localhost:8000", "*--specdec-server-url*is not an http(s) URL*"),
         ("--specdec-workload", "no-such-suite", "*no-such-suite*"),
     ],

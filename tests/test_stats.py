@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 from scipy import stats as sps
+from tests_support import against_history
 
 from pytest_specdec.verdict.planning import mde, runs_needed
 from pytest_specdec.verdict.stats import (
@@ -17,7 +18,6 @@ from pytest_specdec.verdict.stats import (
     Verdict,
     VerdictPolicy,
     adjust_verdicts,
-    against_history,
     against_history_sessions,
     between_session_cv,
     decision_delta,
@@ -283,7 +283,7 @@ def test_identical_history_means_are_inconclusive() -> None:
 def test_history_errors_are_named() -> None:
     with pytest.raises(ValueError, match="history is empty"):
         against_history([100.0, 101.0], [])
-    with pytest.raises(ValueError, match=r"new\[1\] = -1"):
+    with pytest.raises(ValueError, match=r"toks_per_s\[1\] = -1"):
         against_history([100.0, -1], [session(100.0)] * 5)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_specdec.core.configs import ENGINES, preset_configs
+from pytest_specdec.core.configs import PRESET_ENGINES, preset_configs
 from pytest_specdec.options import PYTEST_OPTIONS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,7 +29,9 @@ EXPECTED = {"ci.yml", "nightly-gpu.yml", "update-baselines.yml"}
 # Flags of this plugin: --spec-config and --specdec-*.
 PLUGIN_FLAG = re.compile(r"(?<![\w-])(--spec(?:dec)?-[a-z0-9]+(?:-[a-z0-9]+)*)")
 KNOWN_FLAGS = {flag for flag, _ in PYTEST_OPTIONS}
-PRESETS = {engine: {c.name for c in preset_configs() if c.engine == engine} for engine in ENGINES}
+PRESETS = {
+    engine: {c.name for c in preset_configs() if c.engine == engine} for engine in PRESET_ENGINES
+}
 REPORT_COMMAND = (
     "python -m pytest_specdec.cli report markdown results/${{ matrix.config }}.json"
     ' >> "$GITHUB_STEP_SUMMARY"'
@@ -142,8 +144,10 @@ def test_configs_are_presets(path: Path) -> None:
     doc = load(path)
     engine_input = dispatch_inputs(doc).get("engine") or {}
     engine = engine_input.get("default", "sglang")
-    assert engine in ENGINES
-    assert set(engine_input.get("options", [])) <= set(ENGINES), f"{path.name}: engine options"
+    assert engine in PRESET_ENGINES
+    assert set(engine_input.get("options", [])) <= set(PRESET_ENGINES), (
+        f"{path.name}: engine options"
+    )
     for where, name in config_names(doc):
         assert name in PRESETS[engine], (
             f"{path.name}: {where}: {name!r} is no {engine} preset; "

@@ -18,11 +18,11 @@ from pytest_specdec.bisect.summary import render, to_json
 from pytest_specdec.core.configs import ConfigError, load_registry
 from pytest_specdec.core.suitefile import load_suite_settings
 from pytest_specdec.core.workloads import WorkloadError, load_workload
+from pytest_specdec.driver.boot import resolve_configs
+from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.engines.container import DockerSettings
 from pytest_specdec.engines.launch import LaunchError
-from pytest_specdec.gpu.session import GpuOptions, GpuSession
-from pytest_specdec.session.boot import resolve_configs
-from pytest_specdec.session.options import RunOptions
+from pytest_specdec.gpu.monitor import GpuMonitor, GpuSettings
 from pytest_specdec.verdict.stats import VerdictPolicy
 
 EXIT_FOUND_OR_NONE, EXIT_ERROR, EXIT_UNDECIDED = 0, 2, 3
@@ -78,11 +78,11 @@ def _setup(req: Request, candidates: list[Candidate]) -> Setup:
         docker = DockerSettings(image=first) if req.launcher == "docker" else None
     except (ConfigError, WorkloadError, LaunchError) as exc:
         raise BisectError(str(exc)) from None
-    options = RunOptions(
+    settings = RunSettings(
         engine=cfg.engine, config_names=(cfg.name,), runs=req.runs, max_tokens=req.max_tokens,
         results_path=None, docker=docker, alpha=req.alpha, min_delta=req.min_delta,
     )  # fmt: skip
-    return Setup(options, registry, suite, workload, req.out_dir)
+    return Setup(settings, registry, suite, workload, req.out_dir)
 
 
 def _result(req: Request, search: Search, done: Conclusion, steps: list[StepRecord],
@@ -105,7 +105,7 @@ def run(req: Request) -> tuple[int, str]:
     steps = load_steps(state, fingerprint)
     plan = step_plan(VerdictPolicy(alpha=req.alpha, min_delta=req.min_delta), req.max_sessions)
     done = conclude(search, steps)
-    gpu = GpuSession(GpuOptions(), None, 1)
+    gpu = GpuMonitor(GpuSettings(), None, 1)
     measurer = LiveMeasurer(setup, {c.name: c for c in candidates},
                             Builder(req.build_cmd, req.out_dir), gpu)  # fmt: skip
     try:

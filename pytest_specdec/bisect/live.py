@@ -1,5 +1,5 @@
 """The bisect's measurer on a real machine: each candidate of a step gets its own session
-steps (:class:`pytest_specdec.session.steps.Steps`) with the candidate's server, env and args,
+steps (:class:`pytest_specdec.driver.steps.Steps`) with the candidate's server, env and args,
 one server session per call (boot, warm up, every prompt ``runs`` times, stop); a comparison
 is :func:`pytest_specdec.verdict.judge.judge_reference` on one document holding both."""
 
@@ -18,11 +18,11 @@ from pytest_specdec.core.configs import ConfigError, Registry
 from pytest_specdec.core.results import atomic_write_json
 from pytest_specdec.core.suitefile import SuiteSettings
 from pytest_specdec.core.workloads import Workload
+from pytest_specdec.driver.settings import RunSettings
+from pytest_specdec.driver.steps import Steps
 from pytest_specdec.engines import EngineNotInstalled
 from pytest_specdec.engines.launch import LaunchError
-from pytest_specdec.gpu.session import GpuSession
-from pytest_specdec.session.options import RunOptions
-from pytest_specdec.session.steps import Steps
+from pytest_specdec.gpu.monitor import GpuMonitor
 from pytest_specdec.verdict.judge import Judgement, judge_reference
 from pytest_specdec.verdict.sessions import suite_session_logs, workload_prompts
 from pytest_specdec.verdict.stats import VerdictPolicy
@@ -34,7 +34,7 @@ BOOT_ERRORS = (LaunchError, ConfigError, EngineNotInstalled)
 class Setup:
     """What every session of the bisect shares: one config, workload, runs, max tokens."""
 
-    options: RunOptions  # engine, config name, runs, max tokens, launcher
+    settings: RunSettings  # engine, config name, runs, max tokens, launcher
     registry: Registry
     suite: SuiteSettings
     workload: Workload
@@ -65,7 +65,7 @@ class LiveMeasurer:
 
     def __init__(
         self, setup: Setup, candidates: Mapping[str, Candidate], builder: Builder,
-        gpu: GpuSession | None = None,
+        gpu: GpuMonitor | None = None,
     ) -> None:  # fmt: skip
         self.setup = setup
         self.candidates = candidates
@@ -91,17 +91,17 @@ class LiveMeasurer:
         except BootFailed as exc:
             self._build_failures[cand.name] = str(exc)
             return None
-        opts = self.setup.options
+        opts = self.setup.settings
         docker = opts.docker
         if docker is not None:
             docker = replace(docker, image=server)
         engine_server = server if docker is None else None
         suite = candidate_suite(self.setup.suite, opts.engine, cand, engine_server)
-        options = replace(
+        settings = replace(
             opts, results_path=None, docker=docker,
             log_dir=self.setup.out_dir / "logs" / f"step-{self.index}" / cand.name,
         )  # fmt: skip
-        return Steps(options, self.setup.registry, suite, self.setup.workload, gpu=self.gpu)
+        return Steps(settings, self.setup.registry, suite, self.setup.workload, gpu=self.gpu)
 
     def session(self, name: str) -> float:
         steps = self.steps[name]

@@ -26,12 +26,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pytest_specdec.core.engine_table import ENGINE_TABLE
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
-ENGINES = ("llamacpp", "sglang", "vllm")
+PRESET_ENGINES = ("llamacpp", "sglang", "vllm")  # the engines with shipped preset configs
 CONFIG_KEYS = {
     "engine",
     "args",
@@ -133,10 +135,11 @@ def parse_config(
             f"valid keys: {', '.join(sorted(CONFIG_KEYS))}"
         )
     engine = table.get("engine", default_engine)
-    if engine not in ENGINES:
+    engines = ENGINE_TABLE.config_engines()
+    if engine not in engines:
         raise ConfigError(
-            f"{where}: engine = {engine!r} is not one of {', '.join(ENGINES)}; "
-            'set engine = "llamacpp" (or sglang, vllm)'
+            f"{where}: engine = {engine!r} is not one of {', '.join(engines)}; "
+            'set engine = "llamacpp" (or another installed engine)'
         )
     spec = table.get("speculative_config")
     if spec is not None and not isinstance(spec, dict):
@@ -181,7 +184,7 @@ def configs_from_document(
 
 def preset_configs() -> list[SpecConfig]:
     out: list[SpecConfig] = []
-    for engine in ENGINES:
+    for engine in PRESET_ENGINES:
         ref = resources.files("pytest_specdec") / "presets" / f"{engine}.toml"
         doc = tomllib.loads(ref.read_text(encoding="utf-8"))
         out.extend(configs_from_document(doc, f"preset {engine}.toml", engine))
@@ -225,9 +228,10 @@ class Registry:
                     f"{engine}; name one: {', '.join(f'{o}:{short}' for o in owners)}"
                 )
         eng = eng or engine
-        if eng not in ENGINES:
+        engines = ENGINE_TABLE.config_engines()
+        if eng not in engines:
             raise ConfigError(
-                f"unknown engine {eng!r} in config name {name!r}; engines: {', '.join(ENGINES)}"
+                f"unknown engine {eng!r} in config name {name!r}; engines: {', '.join(engines)}"
             )
         found = self._by_key.get((eng, short))
         if found is None:

@@ -178,13 +178,19 @@ def results_document(
     gpu: Any,
     tool_version: str,
     extra: Mapping[str, Any] | None = None,
+    host_fields: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """The results document. ``host_fields``: extra hardware fields from plugins, kept
+    under ``host.fields`` (and so in every baseline key's ``hardware``)."""
+    host = host_fingerprint()
+    if host_fields:
+        host["fields"] = dict(host_fields)
     return {
         "schema": RESULTS_SCHEMA,
         "tool": {"name": "pytest-specdec", "version": tool_version},
         "started_at": started_at,
         "finished_at": utc_now(),
-        "host": host_fingerprint(),
+        "host": host,
         "gpu": gpu,
         "options": dict(options),
         "workload": dict(workload),
@@ -215,7 +221,8 @@ def load_results(path: Path) -> dict[str, Any]:
 
 
 def merge_worker_results(path: Path, since: float) -> dict[str, Any] | None:
-    """Merge the per-worker files ``<stem>.gw*<suffix>`` written since ``since`` into ``path``.
+    """The per-worker files ``<stem>.gw*<suffix>`` written since ``since``, merged into one
+    document (None when there are none). The caller writes it to ``path``, once.
 
     Each config runs on one worker (xdist groups); verdicts and notes are concatenated. The
     worker files are kept beside the merged one.
@@ -233,7 +240,6 @@ def merge_worker_results(path: Path, since: float) -> dict[str, Any] | None:
     merged["workers"] = {p.name: {"gpu": d.get("gpu")} for p, d in zip(parts, docs, strict=True)}
     merged["started_at"] = min(d["started_at"] for d in docs)
     merged["finished_at"] = max(d["finished_at"] for d in docs)
-    atomic_write_json(path, merged)
     return merged
 
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.core.configs import ENGINES, ConfigError, read_toml
+from pytest_specdec.core.configs import ConfigError, read_toml
+from pytest_specdec.core.engine_table import ENGINE_TABLE
 from pytest_specdec.core.modelfile import cache_root
 
 SUITE_KEYS = {"suite", "models", "engines", "configs"}
@@ -81,7 +82,7 @@ def with_engine_args(suite: SuiteSettings, args: Sequence[str]) -> SuiteSettings
     """``suite`` with ``args`` appended to every engine's extra_args (--specdec-engine-args)."""
     if not args:
         return suite
-    engines = {e: suite.engine_settings(e) for e in ENGINES}
+    engines = {e: suite.engine_settings(e) for e in ENGINE_TABLE.config_engines()}
     return replace(suite, engines={e: replace(s, extra_args=(*s.extra_args, *args))
                                    for e, s in engines.items()})  # fmt: skip
 
@@ -109,8 +110,9 @@ def _table(doc: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
 
 
 def _check_engine(name: str, where: str) -> None:
-    if name not in ENGINES:
-        raise ConfigError(f"{where}: unknown engine {name!r}; valid: {', '.join(ENGINES)}")
+    engines = ENGINE_TABLE.config_engines()
+    if name not in engines:
+        raise ConfigError(f"{where}: unknown engine {name!r}; valid: {', '.join(engines)}")
 
 
 def _models(doc: Mapping[str, Any], where: str, base: Path | None) -> dict[str, ModelSet]:

@@ -11,9 +11,11 @@ from collections.abc import Mapping
 
 import httpx
 
+from pytest_specdec.core.engine_table import ENGINE_TABLE
 from pytest_specdec.core.results import RunRecord
 from pytest_specdec.engines.base import (
     BootContext,
+    Engine,
     EngineBase,
     EngineNotInstalled,
     LaunchSpec,
@@ -22,14 +24,12 @@ from pytest_specdec.engines.base import (
     stream_chat,
 )
 from pytest_specdec.engines.lint import Finding
-from pytest_specdec.engines.llamacpp import LlamaCppEngine
-from pytest_specdec.engines.sglang import SGLangEngine
-from pytest_specdec.engines.vllm import VLLMEngine
 
 
 class OpenAIEngine(EngineBase):
     name = "openai"
     readiness_path = "/v1/models"
+    speculative_configs = False  # measures a server someone else started
 
     def check_installed(self) -> None:
         return None
@@ -51,7 +51,8 @@ class OpenAIEngine(EngineBase):
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]
     ) -> dict[str, float | None]:
-        for family in (LlamaCppEngine(), VLLMEngine(), SGLangEngine()):
+        for name in ENGINE_TABLE.config_engines():  # whichever family's counters are there
+            family: Engine = ENGINE_TABLE.factory(name)()
             found = family.accept_from_counters(before, after)
             if found.get("accept_length") is not None:
                 return found

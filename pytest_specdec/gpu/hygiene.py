@@ -24,7 +24,7 @@ from pytest_specdec.gpu.telemetry import RunTelemetry
 
 SW_POWER_CAP = 0x4
 DEFAULT_INVALIDATING_BITS = 0x8 | 0x20 | 0x40 | 0x80
-# Throttle-time counters (see gpu_telemetry) that count against a run.
+# Throttle-time counters (see telemetry.py) that count against a run.
 INVALIDATING_COUNTERS = (
     "sw_thermal_slowdown",
     "hw_thermal_slowdown",
@@ -109,12 +109,6 @@ def session_median_sm_clock(runs: Sequence[RunTelemetry | None]) -> float | None
     medians = [r.median_sm_clock_mhz for r in runs if r is not None]
     known = [m for m in medians if m is not None]
     return statistics.median(known) if known else None
-
-
-def throughput_per_clock(tokens_per_s: float, run: RunTelemetry | None) -> float | None:
-    """Output tok/s per MHz of mean SM clock, so clock drift shows; None without a clock."""
-    clock = None if run is None else run.mean_sm_clock_mhz
-    return tokens_per_s / clock if clock else None
 
 
 # ---------------------------------------------------------------------------- cooldown

@@ -4,8 +4,10 @@ This is the base of the GPU modules; it imports only the standard library and lo
 ``pynvml`` (distribution ``nvidia-ml-py``) lazily, so the plugin works on machines
 without a GPU. The rest of the GPU story lives next to it:
 
-- ``gpu_telemetry``: the background sampler and the per-run telemetry summary;
-- ``gpu_hygiene``: invalidation rules, the cooldown gate and the optional clock lock.
+- ``readings``: one NVML sample of a device;
+- ``telemetry``: the background sampler and the per-run telemetry summary;
+- ``hygiene``: invalidation rules, the cooldown gate and the optional clock lock;
+- ``monitor``: the per-run GPU monitor that puts them together for the driver.
 
 Every function that talks to NVML takes ``nvml=None`` (meaning: the process-wide module
 from :func:`load_nvml`); tests pass a fake module instead. Devices are named by their
@@ -216,7 +218,7 @@ class GpuFingerprint:
     memory_bus_width_bits: int | None
     applications_sm_clock_mhz: int | None
     applications_mem_clock_mhz: int | None
-    locked_sm_clock_mhz: int | None  # only a lock this process set (see gpu_hygiene.ClockLock)
+    locked_sm_clock_mhz: int | None  # only a lock this process set (see hygiene.ClockLock)
     ecc_enabled: bool | None
 
     def to_dict(self) -> dict[str, Any]:

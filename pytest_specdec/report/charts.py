@@ -4,7 +4,7 @@
   mean accept length written above each bar, and the suite geometric mean as a last group.
 - :func:`trend_chart`: the suite score (geometric mean over prompts) of every stored baseline
   session over time, one line per baseline file (config), with a 95% CI bar per session and
-  the session's per-run suite values as dots.
+  the run's per-run suite values as dots.
 
 Without matplotlib both raise :class:`ChartsUnavailable`, which names the extra to install.
 """

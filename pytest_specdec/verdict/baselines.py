@@ -89,6 +89,9 @@ def key_for(results: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, 
     cpus = (results.get("options") or {}).get("cpus")
     if hardware["kind"] == "cpu" and cpus:  # the engine ran on its share of the cores
         hardware["count"] = len(cpus)
+    fields = (results.get("host") or {}).get("fields")
+    if fields:  # a plugin's extra hardware fields (pytest_specdec_hardware)
+        hardware["fields"] = dict(sorted(fields.items()))
     return {
         "hardware": hardware,
         "engine": config.get("engine"),

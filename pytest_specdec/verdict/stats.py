@@ -317,13 +317,6 @@ def welch_log(
     return _welch(_summary(new, "new"), _summary(ref, "ref"), between_cv, provisional, policy)
 
 
-def against_history(
-    new: Sequence[float], history: Sequence[SessionSummary], policy: VerdictPolicy = DEFAULT_POLICY
-) -> Verdict:
-    """One new session's runs against K past session summaries (see against_history_sessions)."""
-    return against_history_sessions([_summary(new, "new")], history, policy)
-
-
 def against_history_sessions(
     new: Sequence[SessionSummary],
     history: Sequence[SessionSummary],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -27,15 +28,15 @@ from pytest_specdec.core.results import (
 )
 from pytest_specdec.core.suitefile import SuiteSettings
 from pytest_specdec.core.workloads import Prompt, Workload
-from pytest_specdec.engines import Engine, EngineNotInstalled
+from pytest_specdec.driver.boot import Booter, Server, resolve_configs
+from pytest_specdec.driver.settings import RunSettings
+from pytest_specdec.engines import EngineNotInstalled
 from pytest_specdec.engines.base import RequestSpec
 from pytest_specdec.engines.launch import LaunchError
-from pytest_specdec.gpu.session import GpuSession, RunWindow, telemetry_dict
+from pytest_specdec.gpu.monitor import GpuMonitor, RunWindow, telemetry_dict
 from pytest_specdec.measure.client import LoopThread, RequestFailed
 from pytest_specdec.measure.lossless import GreedyOutput
 from pytest_specdec.measure.roofline import annotate
-from pytest_specdec.session.boot import Booter, Server, resolve_configs
-from pytest_specdec.session.options import RunOptions
 from pytest_specdec.verdict.judge import Judgement
 
 
@@ -46,25 +47,26 @@ class Steps:
 
     def __init__(
         self,
-        options: RunOptions,
+        settings: RunSettings,
         registry: Registry,
         suite: SuiteSettings,
         workload: Workload,
         transport: httpx.AsyncBaseTransport | None = None,
-        gpu: GpuSession | None = None,
+        gpu: GpuMonitor | None = None,
+        on_write: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
-        self.options = options
-        self.gpu_session = gpu
+        self.settings = settings
+        self.gpu_monitor = gpu
         self.registry = registry
         self.suite = suite
         self.workload = workload
         self.configs = resolve_configs(
-            options.config_names, options.engine, registry, options.server_url is not None
+            settings.config_names, settings.engine, registry, settings.server_url is not None
         )
         self.records: dict[str, ConfigRecord] = {}
         self.started_at = utc_now()
         self.loop = LoopThread()
-        self.booter = Booter(options, suite, self.loop, gpu, transport)
+        self.booter = Booter(settings, suite, self.loop, gpu, transport)
         self.gpu: Any = gpu.describe() if gpu is not None else None
         self.notes: list[str] = []
         if gpu is not None and not gpu.available:
@@ -73,20 +75,10 @@ class Steps:
         self.drift: list[dict[str, Any]] = []
         self.references: dict[tuple[str, str], dict[str, GreedyOutput]] = {}
         self.reference_records: list[ConfigRecord] = []
+        self.lossless_lines: list[str] = []  # outputs that differ from the reference
+        self.on_write = on_write  # sees the results document before each write
 
-    # --- boot -------------------------------------------------------------------------------
-
-    def engine_for(self, cfg: SpecConfig) -> Engine:
-        """The engine adapter that serves ``cfg`` (the external server's with a URL)."""
-        return self.booter.engine_for(cfg)
-
-    def models_for(self, cfg: SpecConfig) -> tuple[str, str | None]:
-        """``cfg``'s target and draft model paths."""
-        return self.booter.models_for(cfg)
-
-    def launch(self, cfg: SpecConfig, engine: Engine, record: ConfigRecord) -> Server:
-        """Start ``engine`` for ``cfg`` and wait until it is ready (see boot.Booter.launch)."""
-        return self.booter.launch(cfg, engine, record)
+    # --- boot (the booter starts or attaches; these keep the record) -------------------------
 
     def record_for(self, cfg: SpecConfig) -> ConfigRecord:
         """The config's record: one per config, holding the runs of all its sessions."""
@@ -97,12 +89,12 @@ class Steps:
     def boot(self, cfg: SpecConfig, session: int = 1) -> Server:
         """Start (or attach to) server session ``session`` of ``cfg``; wait until it is ready."""
         record = self.record_for(cfg)
-        engine = self.engine_for(cfg)
+        engine = self.booter.engine_for(cfg)
         try:
-            if self.options.server_url:
+            if self.settings.server_url:
                 server = self.booter.attach(cfg, engine, record)
             else:
-                server = self.launch(cfg, engine, record)
+                server = self.booter.launch(cfg, engine, record)
         except (LaunchError, ConfigError, EngineNotInstalled) as exc:
             record.error = str(exc) if session == 1 else f"session {session}: {exc}"
             self.write_results()
@@ -127,8 +119,8 @@ class Steps:
         """Request ``run`` of ``prompt``, with the run's sampling settings (greedy by default;
         a fixed seed makes request i of a prompt reproducible from night to night)."""
         messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
-        max_tokens = prompt.max_tokens or self.options.max_tokens
-        o = self.options
+        max_tokens = prompt.max_tokens or self.settings.max_tokens
+        o = self.settings
         return RequestSpec(
             prompt.id, messages, prompt.text(), max_tokens, model=model,
             temperature=o.temperature, top_p=o.top_p, seed=o.request_seed(run),
@@ -142,12 +134,12 @@ class Steps:
         """One request, bounded in time; any failure is recorded on ``rec``, never raised."""
         try:
             await asyncio.wait_for(
-                server.engine.request(server.client, req, rec), self.options.request_timeout_s
+                server.engine.request(server.client, req, rec), self.settings.request_timeout_s
             )
         except RequestFailed as exc:
             rec.error = str(exc)
         except asyncio.TimeoutError:
-            rec.error = f"request timed out after {self.options.request_timeout_s:.0f} s"
+            rec.error = f"request timed out after {self.settings.request_timeout_s:.0f} s"
         return rec
 
     async def _one(self, server: Server, req: RequestSpec, rec: RunRecord) -> RunRecord:
@@ -197,14 +189,14 @@ class Steps:
             rec.gpu = telemetry_dict(window.telemetry, rec.output_tokens)
             if phase == "measure":
                 server.telemetry.append(window.telemetry)
-                rec.invalid = self.gpu_session.invalid(window.telemetry, server.telemetry) or None  # type: ignore[union-attr]
+                rec.invalid = self.gpu_monitor.invalid(window.telemetry, server.telemetry) or None  # type: ignore[union-attr]
         server.record.runs.append(rec)
         return rec
 
     def _telemetry_window(self) -> contextlib.AbstractContextManager[RunWindow]:
-        if self.gpu_session is None:
+        if self.gpu_monitor is None:
             return contextlib.nullcontext(RunWindow())
-        return self.gpu_session.window()
+        return self.gpu_monitor.window()
 
     def warmup(self, server: Server) -> list[RunRecord]:
         """One full-length request per prompt before anything is measured."""
@@ -215,14 +207,16 @@ class Steps:
         return out
 
     def measure(self, server: Server, prompt: Prompt) -> list[RunRecord]:
-        if self.options.warmup and not server.warmed:
+        if self.settings.warmup and not server.warmed:
             self.warmup(server)
-        runs = [self.run_once(server, prompt, i, "measure") for i in range(self.options.runs)]
+        runs = [self.run_once(server, prompt, i, "measure") for i in range(self.settings.runs)]
         # Runs that GPU hygiene rules out (thermal or power-brake throttling, clock sag) are
         # kept in the record, marked invalid, never averaged in; each is rerun, boundedly.
-        budget = self.gpu_session.options.policy.max_reruns if self.gpu_session else 0
+        budget = self.gpu_monitor.settings.policy.max_reruns if self.gpu_monitor else 0
         index = len(runs)
-        while budget > 0 and any(r.invalid for r in runs) and self._valid(runs) < self.options.runs:
+        while (
+            budget > 0 and any(r.invalid for r in runs) and self._valid(runs) < self.settings.runs
+        ):
             runs.append(self.run_once(server, prompt, index, "measure"))
             index += 1
             budget -= 1
@@ -239,7 +233,7 @@ class Steps:
         doc = results_document(
             self.records.values(),
             started_at=self.started_at,
-            options=self.options.public(),
+            options=self.settings.public(),
             workload={
                 "name": self.workload.name,
                 "source": self.workload.source,
@@ -248,6 +242,7 @@ class Steps:
             },
             gpu=self.gpu,
             tool_version=__version__,
+            host_fields=dict(self.settings.hardware_fields),
             extra={
                 "verdicts": [j.to_dict() for j in self.verdicts],
                 "drift": self.drift,
@@ -258,12 +253,15 @@ class Steps:
         return annotate(doc)
 
     def write_results(self) -> None:
-        if self.options.results_path is not None:
-            atomic_write_json(self.options.results_path, self.document())
+        if self.settings.results_path is not None:
+            doc = self.document()
+            if self.on_write is not None:
+                self.on_write(doc)
+            atomic_write_json(self.settings.results_path, doc)
 
     def close(self) -> None:
         self.write_results()
         self.loop.close()
         self.booter.close()
-        if self.gpu_session is not None:
-            self.gpu_session.close()
+        if self.gpu_monitor is not None:
+            self.gpu_monitor.close()

@@ -4,14 +4,14 @@ server, summarized per level (see measure/levels.py) and kept on the config's re
 from __future__ import annotations
 
 from pytest_specdec.core.results import RunRecord, finalize_timings
+from pytest_specdec.driver.boot import Server
+from pytest_specdec.driver.steps import Steps
 from pytest_specdec.measure.levels import LevelResult, parallel_slots, run_level, summarize_level
-from pytest_specdec.session.boot import Server
-from pytest_specdec.session.steps import Steps
 
 
 def sweep(runner: Steps, server: Server, clients: int) -> LevelResult:
     """``clients`` concurrent clients over the workload: aggregate tok/s, percentiles."""
-    if runner.options.warmup and not server.warmed:
+    if runner.settings.warmup and not server.warmed:
         runner.warmup(server)
     prompts = runner.workload.prompts
     total = max(2 * clients, len(prompts))

@@ -1,5 +1,5 @@
 """What one run is asked to do: engine, configs, runs per prompt, where results and
-baselines live, how verdicts gate. Built by the pytest options or the CLI, read by the
+baselines live, how verdicts gate. Built from the pytest flags or the CLI, read by the
 runner and its steps; it holds values only."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pytest_specdec.verdict.stats import DEFAULT_POLICY, VerdictPolicy
 
 
 @dataclass(frozen=True)
-class RunOptions:
+class RunSettings:
     engine: str = "llamacpp"
     config_names: tuple[str, ...] = ("baseline",)
     runs: int = 5
@@ -48,6 +48,7 @@ class RunOptions:
     cpus: tuple[int, ...] | None = None  # the engine's cores (--specdec-cpus, or the xdist split)
     docker: DockerSettings | None = None  # --specdec-launcher docker
     docker_binary: str | None = None
+    hardware_fields: tuple[tuple[str, str], ...] = ()  # plugins' extra hardware-key fields
 
     @property
     def policy(self) -> VerdictPolicy:
@@ -70,6 +71,7 @@ class RunOptions:
         out["api_key"] = "***" if self.api_key else None
         out["config_names"] = list(self.config_names)
         out["fail_on"] = list(self.fail_on)
+        out["hardware_fields"] = dict(self.hardware_fields)
         out["docker"] = (
             None
             if self.docker is None

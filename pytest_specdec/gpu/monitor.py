@@ -37,7 +37,7 @@ class GpuRequired(RuntimeError):
 
 
 @dataclass(frozen=True)
-class GpuOptions:
+class GpuSettings:
     gpus: tuple[int, ...] | None = None  # NVML indices; None: from CUDA_VISIBLE_DEVICES or all
     require: bool = False
     hz: float = 10.0
@@ -54,9 +54,9 @@ class RunWindow:
     telemetry: RunTelemetry | None = None
 
 
-class GpuSession:
-    def __init__(self, options: GpuOptions, worker_id: str | None, n_workers: int) -> None:
-        self.options = options
+class GpuMonitor:
+    def __init__(self, settings: GpuSettings, worker_id: str | None, n_workers: int) -> None:
+        self.settings = settings
         self.available, self.reason = probe()
         self.devices: list[int] = []
         self._sampler: TelemetrySampler | None = None
@@ -64,7 +64,7 @@ class GpuSession:
         self.idle_temp_c: float | None = None
         self.runs: list[RunTelemetry] = []
         if not self.available:
-            if options.require:
+            if settings.require:
                 raise GpuRequired(
                     f"--specdec-require-gpu: no usable NVIDIA GPU: {self.reason}; check the driver "
                     "(nvidia-smi) and that nvidia-ml-py is installed, or drop the flag"
@@ -72,14 +72,14 @@ class GpuSession:
             return
         self.devices = self._select(worker_id, n_workers)
         self.idle_temp_c = idle_temperature(self.devices)
-        self._sampler = TelemetrySampler(self.devices, hz=options.hz).start()
-        if options.lock_sm_mhz:
-            self._lock = ClockLock(self.devices, options.lock_sm_mhz).__enter__()
+        self._sampler = TelemetrySampler(self.devices, hz=settings.hz).start()
+        if settings.lock_sm_mhz:
+            self._lock = ClockLock(self.devices, settings.lock_sm_mhz).__enter__()
 
     def _select(self, worker_id: str | None, n_workers: int) -> list[int]:
         nvml = load_nvml()
-        if self.options.gpus is not None:
-            pool = list(self.options.gpus)
+        if self.settings.gpus is not None:
+            pool = list(self.settings.gpus)
         else:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             pool = (
@@ -87,7 +87,7 @@ class GpuSession:
             )
         if n_workers > 1:
             index = xdist_worker_index(worker_id)
-            return assign_gpus(index, n_workers, pool, self.options.per_worker)
+            return assign_gpus(index, n_workers, pool, self.settings.per_worker)
         return pool
 
     @property
@@ -108,13 +108,13 @@ class GpuSession:
         if self._lock is not None:
             for dev in devices:
                 dev["locked_sm_clock_mhz"] = self._lock.sm_mhz
-        return {"devices": devices, "idle_temp_c": self.idle_temp_c, "sample_hz": self.options.hz}
+        return {"devices": devices, "idle_temp_c": self.idle_temp_c, "sample_hz": self.settings.hz}
 
     def before_config(self) -> dict[str, Any] | None:
         """The cooldown gate: wait for idle temperature and no thermal bits (capped)."""
-        if not self.available or not self.options.cooldown:
+        if not self.available or not self.settings.cooldown:
             return None
-        p = self.options.policy
+        p = self.settings.policy
         result = cooldown(
             self.devices, self.idle_temp_c, margin_c=p.cooldown_margin_c, cap_s=p.cooldown_cap_s
         )
@@ -136,7 +136,7 @@ class GpuSession:
         if telemetry is None:
             return []
         median = session_median_sm_clock(list(session))
-        return invalid_reasons(telemetry, median, self.options.policy)
+        return invalid_reasons(telemetry, median, self.settings.policy)
 
     def close(self) -> None:
         if self._lock is not None:
@@ -160,4 +160,4 @@ def telemetry_dict(
     return out
 
 
-__all__ = ["GpuOptions", "GpuRequired", "GpuSelectionError", "GpuSession", "telemetry_dict"]
+__all__ = ["GpuMonitor", "GpuRequired", "GpuSelectionError", "GpuSettings", "telemetry_dict"]

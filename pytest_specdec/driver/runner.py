@@ -14,28 +14,28 @@ from typing import Any
 
 from pytest_specdec.core.results import RunRecord
 from pytest_specdec.core.workloads import Prompt
+from pytest_specdec.driver.boot import Server, resolve_configs
+from pytest_specdec.driver.reference import ensure_references, lossless
+from pytest_specdec.driver.settings import RunSettings
+from pytest_specdec.driver.steps import Steps
+from pytest_specdec.driver.sweep import sweep
 from pytest_specdec.measure.levels import LevelResult
 from pytest_specdec.measure.lossless import LosslessResult
-from pytest_specdec.session.boot import Server, resolve_configs
-from pytest_specdec.session.options import RunOptions
-from pytest_specdec.session.reference import ensure_references, lossless
-from pytest_specdec.session.steps import Steps
-from pytest_specdec.session.sweep import sweep
 from pytest_specdec.verdict.gate import adjust
 from pytest_specdec.verdict.history import drift_for
 from pytest_specdec.verdict.judge import Judgement, judge_baseline, judge_reference
 from pytest_specdec.verdict.sessions import update_baseline
 from pytest_specdec.verdict.stats import VerdictPolicy
 
-__all__ = ["RunOptions", "Runner", "Server", "resolve_configs", "run_errors"]
+__all__ = ["RunSettings", "Runner", "Server", "resolve_configs", "run_errors"]
 
 
 class Runner(Steps):
-    """One run of a suite: the session steps plus sweep, lossless reference and verdicts."""
+    """One run of a suite: the driver's steps plus sweep, lossless reference and verdicts."""
 
     def decided(self, name: str) -> Judgement | None:
         """With --specdec-adaptive: the verdict once it no longer needs more sessions."""
-        if not self.options.adaptive or name not in self.records:
+        if not self.settings.adaptive or name not in self.records:
             return None
         judgement = self.judge(name)
         if judgement.suite is not None and judgement.suite.outcome.value != "INCONCLUSIVE":
@@ -58,33 +58,33 @@ class Runner(Steps):
     # --- judge ------------------------------------------------------------------------------
 
     def judged_configs(self) -> list[str]:
-        return [c.name for c in self.configs if c.name != self.options.reference]
+        return [c.name for c in self.configs if c.name != self.settings.reference]
 
     def judge(self, name: str, policy: VerdictPolicy | None = None) -> Judgement:
         """Verdict for one config: against --specdec-reference, else its stored baseline."""
         doc = self.document()
         by_name = {c["name"]: c for c in doc["configs"]}
-        policy = policy or self.options.policy
-        ref = self.options.reference
+        policy = policy or self.settings.policy
+        ref = self.settings.reference
         if ref and name != ref:
             if ref not in by_name:
                 raise ValueError(f"reference config {ref} has not been measured")
             return judge_reference(doc, by_name[name], by_name[ref], policy)
         return judge_baseline(
-            doc, by_name[name], self.options.baseline_dir, policy, self.options.allow_mismatch
+            doc, by_name[name], self.settings.baseline_dir, policy, self.settings.allow_mismatch
         )
 
     def judge_for_gate(self, name: str) -> Judgement:
         """Per-config gate during the run: Bonferroni over the judged configs (Holm's first
-        step); the session-end summary applies full Holm across them."""
+        step); the summary at the end of the run applies full Holm across them."""
         m = max(1, len(self.judged_configs()))
-        base = self.options.policy
+        base = self.settings.policy
         return self.judge(name, replace(base, alpha=base.alpha / m))
 
     def judge_all(self) -> list[Judgement]:
         measured = {n for n, r in self.records.items() if r.measured()}
         names = [n for n in self.judged_configs() if n in measured]
-        return adjust([self.judge(n) for n in names], self.options.policy)
+        return adjust([self.judge(n) for n in names], self.settings.policy)
 
     def drifts(self) -> list[dict[str, Any]]:
         """Drops that tonight reveals in each measured config's nightly history (a change
@@ -93,7 +93,7 @@ class Runner(Steps):
         found = []
         for cfg in doc["configs"]:
             if any(r.get("phase") == "measure" for r in cfg.get("runs", [])):
-                point = drift_for(doc, cfg, self.options.baseline_dir)
+                point = drift_for(doc, cfg, self.settings.baseline_dir)
                 if point is not None:
                     found.append({"config": cfg["name"], "message": point.describe(),
                                   **point.to_dict()})  # fmt: skip
@@ -108,7 +108,7 @@ class Runner(Steps):
             try:
                 lines.append(
                     update_baseline(
-                        doc, cfg, self.options.baseline_dir, self.options.allow_mismatch
+                        doc, cfg, self.settings.baseline_dir, self.settings.allow_mismatch
                     )
                 )
             except (ValueError, OSError) as exc:

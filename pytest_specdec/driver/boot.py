@@ -23,6 +23,7 @@ from pytest_specdec.core.configs import ConfigError, Registry, SpecConfig
 from pytest_specdec.core.modelfile import model_identity
 from pytest_specdec.core.results import ConfigRecord
 from pytest_specdec.core.suitefile import SuiteSettings
+from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.engines import Engine, make_engine
 from pytest_specdec.engines.base import BootContext, LaunchSpec, redact
 from pytest_specdec.engines.cpus import describe
@@ -34,10 +35,9 @@ from pytest_specdec.engines.launch import (
     wait_ready,
 )
 from pytest_specdec.engines.lint import LintUnavailable
-from pytest_specdec.gpu.session import GpuSession
+from pytest_specdec.gpu.monitor import GpuMonitor
 from pytest_specdec.gpu.telemetry import RunTelemetry
 from pytest_specdec.measure.client import ClientSettings, LoopThread
-from pytest_specdec.session.options import RunOptions
 
 PORT_RETRIES = 3
 PROBE_S = 5.0  # one readiness probe at most
@@ -85,13 +85,13 @@ class Booter:
 
     def __init__(
         self,
-        options: RunOptions,
+        settings: RunSettings,
         suite: SuiteSettings,
         loop: LoopThread,
-        gpu: GpuSession | None = None,
+        gpu: GpuMonitor | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.options = options
+        self.settings = settings
         self.suite = suite
         self.loop = loop
         self.gpu = gpu
@@ -99,13 +99,14 @@ class Booter:
         self._secrets: Path | None = None
 
     def engine_for(self, cfg: SpecConfig) -> Engine:
-        name = self.options.engine if self.options.server_url else cfg.engine
+        name = self.settings.engine if self.settings.server_url else cfg.engine
         return make_engine(name, self.suite.engine_settings(cfg.engine))
 
     def models_for(self, cfg: SpecConfig) -> tuple[str, str | None]:
-        """The target and draft model of ``cfg``: options, then the config, then the suite."""
+        """The target and draft model of ``cfg``: the run's settings, then the config, then
+        the suite."""
         models = self.suite.models_for(cfg.engine)
-        target = self.options.model or cfg.model or models.target
+        target = self.settings.model or cfg.model or models.target
         if not target:
             raise ConfigError(
                 f"no target model for engine {cfg.engine}: set [models.{cfg.engine}] target in "
@@ -114,7 +115,7 @@ class Booter:
         draft = None
         if cfg.draft:
             draft = (
-                self.options.draft_model
+                self.settings.draft_model
                 or cfg.draft_model
                 or models.draft_for(cfg.draft, cfg.engine)
             )
@@ -132,29 +133,29 @@ class Booter:
 
     def client(self, base_url: str) -> httpx.AsyncClient:
         settings = ClientSettings(
-            read_timeout_s=self.options.request_timeout_s, api_key=self.options.api_key
+            read_timeout_s=self.settings.request_timeout_s, api_key=self.settings.api_key
         )
         return settings.build(base_url, self.transport)
 
     def attach(self, cfg: SpecConfig, engine: Engine, record: ConfigRecord) -> Server:
         """The external server of ``--specdec-server-url``, once it answers ready."""
-        url = str(self.options.server_url).rstrip("/")
+        url = str(self.settings.server_url).rstrip("/")
         server = Server(cfg, engine, url, self.client(url), record)
         record.server_url = url
-        timeout = self.options.startup_timeout_s or 30.0
+        timeout = self.settings.startup_timeout_s or 30.0
         deadline = time.monotonic() + timeout
         while not self.loop.run(engine.is_ready(server.client)):
             if time.monotonic() > deadline:
                 path = engine.readiness_path
                 raise LaunchError(f"external server {url} not ready after {timeout:.0f} s ({path})")
             time.sleep(0.5)
-        record.models = {"target": {"id": self.options.model or "external"}}
+        record.models = {"target": {"id": self.settings.model or "external"}}
         return server
 
     def launch(self, cfg: SpecConfig, engine: Engine, record: ConfigRecord) -> Server:
         """Start ``engine`` with ``cfg`` on a free port and wait until it is ready; the
         command, environment, models and boot time go on ``record``."""
-        docker = self.options.docker
+        docker = self.settings.docker
         if docker is None:
             engine.check_installed()
         target, draft = self.models_for(cfg)
@@ -167,15 +168,15 @@ class Booter:
             if waited is not None:
                 record.extra.setdefault("cooldown", []).append(waited)
         record.extra["engine_args"] = list(engine.settings.extra_args)
-        if self.options.cpus is not None and docker is None:
-            record.extra["engine_cpus"] = describe(self.options.cpus)
-        timeout = self.options.startup_timeout_s or engine.settings.startup_timeout_s
+        if self.settings.cpus is not None and docker is None:
+            record.extra["engine_cpus"] = describe(self.settings.cpus)
+        timeout = self.settings.startup_timeout_s or engine.settings.startup_timeout_s
         for attempt in range(PORT_RETRIES):
-            port = free_port(self.options.host)
+            port = free_port(self.settings.host)
             ctx = BootContext(
-                cfg, target, draft, self.options.host, port, self.options.api_key,
+                cfg, target, draft, self.settings.host, port, self.settings.api_key,
                 secret_dir=self.secret_dir() if docker is None else None,
-                cpus=self.options.cpus if docker is None else None,
+                cpus=self.settings.cpus if docker is None else None,
             )  # fmt: skip
             spec = engine.build_command(ctx)
             if self.gpu is not None:  # this worker's GPUs, unless the config pins its own
@@ -186,11 +187,11 @@ class Booter:
                 record.extra["engine_env"] = {
                     k: v for k, v in inherited.items() if k not in spec.env
                 }
-            if attempt == 0 and self.options.lint and engine.name != "llamacpp":
+            if attempt == 0 and self.settings.lint and engine.name != "llamacpp":
                 self.lint_or_raise(cfg, engine, spec, record)
-            log_path = self.options.log_dir / f"{cfg.engine}-{cfg.name}-{port}.log"
+            log_path = self.settings.log_dir / f"{cfg.engine}-{cfg.name}-{port}.log"
             record.log_path = str(log_path)
-            base_url = f"http://{self.options.host}:{port}"
+            base_url = f"http://{self.settings.host}:{port}"
             server = Server(cfg, engine, base_url, self.client(base_url), record, target)
             try:
                 server.process = self.start(cfg, spec, port, log_path, (target, draft))
@@ -217,17 +218,17 @@ class Booter:
         models: tuple[str, str | None],
     ) -> ServerProcess:  # fmt: skip
         """A subprocess, or with --specdec-launcher docker a container of the engine image."""
-        docker = self.options.docker
+        docker = self.settings.docker
         if docker is None:
-            return start_process(spec.argv, spec.env, log_path, self.options.cpus)
+            return start_process(spec.argv, spec.env, log_path, self.settings.cpus)
         from pytest_specdec.engines.container import start_container
 
-        binary = self.options.docker_binary or DOCKER_BINARIES.get(cfg.engine, spec.argv[0])
+        binary = self.settings.docker_binary or DOCKER_BINARIES.get(cfg.engine, spec.argv[0])
         folders = {str(Path(m).parent) for m in models if m and Path(m).is_file()}
         settings = replace(docker, volumes={**{f: f for f in folders}, **docker.volumes})
         in_image = LaunchSpec([binary, *spec.argv[1:]], spec.env, spec.secrets)
         name = f"specdec-{os.getpid()}-{cfg.name}-{port}"
-        return start_container(in_image, settings, self.options.host, port, log_path, name)
+        return start_container(in_image, settings, self.settings.host, port, log_path, name)
 
     def lint_or_raise(
         self, cfg: SpecConfig, engine: Engine, spec: LaunchSpec, record: ConfigRecord
@@ -272,7 +273,7 @@ class Booter:
 
     def secret_dir(self) -> Path | None:
         """A 0700 folder for files that carry the API key to an engine; removed at close."""
-        if not self.options.api_key:
+        if not self.settings.api_key:
             return None
         if self._secrets is None:
             self._secrets = Path(tempfile.mkdtemp(prefix="specdec-secrets-"))

@@ -8,14 +8,14 @@ from dataclasses import asdict, replace
 from pytest_specdec.core.configs import SpecConfig
 from pytest_specdec.core.results import ConfigRecord
 from pytest_specdec.core.workloads import Prompt
+from pytest_specdec.driver.boot import Server
+from pytest_specdec.driver.steps import Steps
 from pytest_specdec.engines.launch import LaunchError
 from pytest_specdec.measure.lossless import LosslessResult, compare
-from pytest_specdec.session.boot import Server
-from pytest_specdec.session.steps import Steps
 
 
 def _reference_key(runner: Steps, cfg: SpecConfig) -> tuple[str, str]:
-    return cfg.engine, runner.models_for(cfg)[0]
+    return cfg.engine, runner.booter.models_for(cfg)[0]
 
 
 def ensure_references(runner: Steps) -> None:
@@ -23,10 +23,10 @@ def ensure_references(runner: Steps) -> None:
 
     Done before the first config boots, so two servers never share the accelerator. Not done
     when the run samples (temperature above 0): exact equality does not apply there."""
-    if runner.options.temperature > 0:
+    if runner.settings.temperature > 0:
         return
     for cfg in runner.configs:
-        if runner.options.server_url:
+        if runner.settings.server_url:
             return
         key = _reference_key(runner, cfg)
         if key in runner.references:
@@ -38,8 +38,8 @@ def ensure_references(runner: Steps) -> None:
         )  # fmt: skip
         record = ConfigRecord(ref.name, ref.engine, ref.to_dict())
         runner.reference_records.append(record)
-        engine = runner.engine_for(ref)
-        server = runner.launch(ref, engine, record)
+        engine = runner.booter.engine_for(ref)
+        server = runner.booter.launch(ref, engine, record)
         try:
             outputs = {}
             for prompt in runner.workload.prompts:
@@ -63,7 +63,7 @@ def lossless(runner: Steps, server: Server, prompt: Prompt) -> LosslessResult:
     output = runner.loop.run(server.engine.greedy(server.client, req))
     result = compare(
         server.config.name, prompt.id, runner.references[key][prompt.id], output,
-        runner.options.lossless_fail_before,
+        runner.settings.lossless_fail_before,
     )  # fmt: skip
     detok = getattr(server.engine, "detokenize", None)
     if result.position is not None and result.unit == "token" and detok is not None:
