@@ -50,14 +50,15 @@ def finish_run(session: pytest.Session) -> None:
         runner.drifts()
     except HistoryUnavailable as exc:
         state.summary_lines.append(f"drift: not checked: {exc}")
-    runner.write_results()
+    state.final = doc = runner.document()  # the run's last document: every step below reads it
+    runner.write_results(doc)
     state.summary_lines += verdict_lines(judgements)
     state.summary_lines += [f"{d['config']}: {d['message']}" for d in runner.drift]
-    state.summary_lines += [f"diagnosis: {line}" for line in indistinguishable(runner.document())]
+    state.summary_lines += [f"diagnosis: {line}" for line in indistinguishable(doc)]
     if runner.settings.update_baselines:
-        state.summary_lines += ["baseline update:", *runner.update_baselines()]
+        state.summary_lines += ["baseline update:", *runner.update_baselines(doc)]
     if state.worker_id is None:  # reports come from the process that sees every config
-        state.summary_lines += write_reports(session.config, runner.document())
+        state.summary_lines += write_reports(session.config, doc)
     found = failures(judgements, runner.settings.fail_on, runner.settings.provisional_gates)
     if "drift" in runner.settings.fail_on:  # opt-in: --specdec-fail-on regressed,drift
         found += [f"{d['config']}: {d['message']}" for d in runner.drift]
@@ -110,7 +111,8 @@ def summary_lines(config: pytest.Config) -> list[str]:
     runner = state.runner
     prompts = [p.id for p in runner.workload.prompts]
     path = str(runner.settings.results_path) if runner.settings.results_path else None
-    lines = terminal_summary(runner.records, prompts, path, rooflines(runner.document()))
+    doc = state.final if state.final is not None else runner.document()
+    lines = terminal_summary(runner.records, prompts, path, rooflines(doc))
     lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
     if runner.lossless_lines:
         lines += ["lossless (greedy output vs the target without speculation):"]

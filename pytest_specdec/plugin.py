@@ -46,16 +46,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "reference, which is then made before the first config boots",
     )  # fmt: skip
     lineage()  # exported before xdist workers or nested runs start: their engines count as ours
-    config.stash[STASH_KEY] = SpecdecState(config)
+    state = SpecdecState(config)
+    config.stash[STASH_KEY] = state
+    config.pluginmanager.register(SpecdecPlugin(state), "specdec-run")
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         # SIGTERM unwinds like Ctrl-C: fixtures tear down, engines stop, results are written.
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-
-
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    """How the run resolved what it was asked for (e.g. a config only another engine has)."""
-    state = config.stash.get(STASH_KEY, None)
-    return [f"specdec: {note}" for note in state.notes] if state is not None else []
 
 
 @dataclass(frozen=True)
@@ -159,23 +155,6 @@ def specdec_prompt(request: pytest.FixtureRequest) -> Prompt:
     return request.param  # type: ignore[no-any-return]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Per-config tests (no prompt parameter, e.g. the verdict) run once, after the config's
-    last session; their copies for earlier sessions are deselected."""
-    state = config.stash[STASH_KEY]
-    state.needs_reference = any(item.get_closest_marker("specdec_lossless") for item in items)
-    keep: list[pytest.Item] = []
-    drop: list[pytest.Item] = []
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        slot = callspec.params.get("specdec_slot") if callspec else None
-        per_config = callspec is not None and "specdec_prompt" not in callspec.params
-        (drop if isinstance(slot, Slot) and per_config and not slot.last else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
-
-
 def check_judgement(
     runner: Runner, name: str, record: Callable[[str, object], None] | None = None
 ) -> Judgement:
@@ -224,20 +203,49 @@ def check_lossless(runner: Runner, server: Server, prompt: Prompt) -> LosslessRe
     return result
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    finish_run(session)
+class SpecdecPlugin:
+    """The run's owner, registered as a pytest plugin (as xdist's ``DSession`` or
+    pytest-benchmark's ``BenchmarkSession`` are): it holds the :class:`SpecdecState` (flags
+    parsed and configs resolved once, the runner) and implements the hooks of the run's
+    collection and end. The fixtures reach the same state through ``config.stash``."""
 
+    def __init__(self, state: SpecdecState) -> None:
+        self.state = state
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    lines = summary_lines(config)
-    if lines:
-        terminalreporter.write_sep("=", "speculative decoding: output tok/s")
-        for line in lines:
-            terminalreporter.write_line(line)
+    def pytest_report_header(self) -> list[str]:
+        """How the run resolved what it was asked for (e.g. a config only another engine
+        has)."""
+        return [f"specdec: {note}" for note in self.state.notes]
 
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """Per-config tests (no prompt parameter, e.g. the verdict) run once, after the
+        config's last server session; their copies for earlier ones are deselected."""
+        self.state.needs_reference = any(i.get_closest_marker("specdec_lossless") for i in items)
+        keep: list[pytest.Item] = []
+        drop: list[pytest.Item] = []
+        for item in items:
+            callspec = getattr(item, "callspec", None)
+            slot = callspec.params.get("specdec_slot") if callspec else None
+            per_config = callspec is not None and "specdec_prompt" not in callspec.params
+            last = not isinstance(slot, Slot) or slot.last
+            (drop if per_config and not last else keep).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    state = config.stash.get(STASH_KEY, None)
-    kill_all()
-    if state is not None and state.used:
-        state.runner.close()
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        finish_run(session)
+
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        lines = summary_lines(config)
+        if lines:
+            terminalreporter.write_sep("=", "speculative decoding: output tok/s")
+            for line in lines:
+                terminalreporter.write_line(line)
+
+    def pytest_unconfigure(self) -> None:
+        kill_all()
+        if self.state.used:
+            self.state.runner.close()

@@ -57,80 +57,99 @@ def hardware_fields(config: pytest.Config) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, (v, _) in fields.items()))
 
 
+def _gpu_settings(getopt: Any) -> GpuSettings:
+    """The GPU flags; --specdec-require-gpu without a usable GPU is a usage error now."""
+    settings = GpuSettings(
+        gpus=getopt("--specdec-gpus"),
+        require=getopt("--specdec-require-gpu"),
+        hz=getopt("--specdec-telemetry-hz"),
+        cooldown=not getopt("--specdec-no-cooldown"),
+        lock_sm_mhz=getopt("--specdec-lock-clocks"),
+        policy=HygienePolicy(cooldown_cap_s=getopt("--specdec-cooldown-cap")),
+    )
+    if settings.require:
+        available, reason = probe()
+        if not available:
+            raise pytest.UsageError(
+                f"--specdec-require-gpu: no usable NVIDIA GPU here: {reason}; run on a GPU "
+                "runner (check nvidia-smi and nvidia-ml-py) or drop --specdec-require-gpu"
+            )
+    return settings
+
+
 class SpecdecState:
     """Per-pytest-process state: validated options now, the runner once a test needs it."""
 
     def __init__(self, config: pytest.Config) -> None:
-        getopt = config.getoption
         self.config = config
         register_engines(config)
+        getopt = config.getoption
         root = Path(str(config.rootpath))
-        suite_path = getopt("--specdec-suite-file") or root / "suites" / "specdec.toml"
-        if getopt("--specdec-suite-file") and not suite_path.is_file():
-            raise pytest.UsageError(
-                f"--specdec-suite-file {suite_path} does not exist; give the path of a suite "
-                "TOML file (see suites/specdec.toml)"
-            )
         try:
-            self.suite = with_engine_args(
-                load_suite_settings(suite_path), getopt("--specdec-engine-args")
-            )
-            files = [p for p in (suite_path,) if p.exists()] + list(getopt("--specdec-config-file"))
-            engine = getopt("--specdec-engine") or self.suite.engine
-            if engine not in ENGINE_TABLE.names():
-                raise ConfigError(
-                    f"--specdec-engine {engine}: no such engine is installed; installed: "
-                    f"{', '.join(ENGINE_TABLE.names())} (an adapter registers itself under the "
-                    "entry-point group pytest_specdec.engines, or through the "
-                    "pytest_specdec_engines hook)"
-                )
-            self.registry = load_registry(
-                files, default_engine=engine if engine != "openai" else None
-            )
-            names = split_names(getopt("--spec-config")) or ["baseline"]
-            reference = getopt("--specdec-reference")
-            if reference:  # measured first, so that the others can be compared with it
-                names = [reference, *(n for n in names if n != reference)]
-            url = getopt("--specdec-server-url")
-            self.configs: list[SpecConfig] = resolve_configs(
-                names, engine, self.registry, url is not None,
-                any_engine=getopt("--specdec-engine") is None,
-            )  # fmt: skip
-            self.notes = [
-                f"spec config {c.name!r} exists only for engine {c.engine}: running it on "
-                f"{c.engine} (the suite's default engine is {engine})"
-                for c in self.configs if c.engine != engine and engine != "openai"
-            ]  # fmt: skip
-            self.workload = load_workload(getopt("--specdec-workload") or self.suite.workload)
+            engine, names = self._resolve(getopt, root)
         except (ConfigError, WorkloadError) as exc:
             raise pytest.UsageError(str(exc)) from None
-        results: Path = getopt("--specdec-results")
         workerinput = getattr(config, "workerinput", None)
         self.worker_id: str | None = workerinput["workerid"] if workerinput else None
         self.n_workers: int = int(workerinput["workercount"]) if workerinput else 1
-        if self.worker_id:  # each xdist worker writes its own file; the controller merges them
-            results = results.with_name(f"{results.stem}.{self.worker_id}{results.suffix}")
         self.results_path: Path = getopt("--specdec-results")
-        self.gpu_settings = GpuSettings(
-            gpus=getopt("--specdec-gpus"),
-            require=getopt("--specdec-require-gpu"),
-            hz=getopt("--specdec-telemetry-hz"),
-            cooldown=not getopt("--specdec-no-cooldown"),
-            lock_sm_mhz=getopt("--specdec-lock-clocks"),
-            policy=HygienePolicy(cooldown_cap_s=getopt("--specdec-cooldown-cap")),
-        )
+        self.gpu_settings = _gpu_settings(getopt)
         if getopt("--specdec-chart") is not None:
             _check_charts()
-        if self.gpu_settings.require:
-            available, reason = probe()
-            if not available:
-                raise pytest.UsageError(
-                    f"--specdec-require-gpu: no usable NVIDIA GPU here: {reason}; run on a GPU "
-                    "runner (check nvidia-smi and nvidia-ml-py) or drop --specdec-require-gpu"
-                )
+        self.settings = self._run_settings(getopt, root, engine, names)
+        self.summary_lines: list[str] = []
+        self._runner: Runner | None = None
+        self.merged: dict[str, Any] | None = None  # the xdist controller's merged results
+        self.final: dict[str, Any] | None = None  # the last results document of this process
+        self.needs_reference = False
+        self.started = time.time()
+
+    def _resolve(self, getopt: Any, root: Path) -> tuple[str, list[str]]:
+        """Suite file, config registry, the configs asked for (resolved here, once), notes
+        and the workload; the engine and the config names as given."""
+        suite_path = getopt("--specdec-suite-file") or root / "suites" / "specdec.toml"
+        if getopt("--specdec-suite-file") and not suite_path.is_file():
+            raise ConfigError(
+                f"--specdec-suite-file {suite_path} does not exist; give the path of a suite "
+                "TOML file (see suites/specdec.toml)"
+            )
+        self.suite = with_engine_args(
+            load_suite_settings(suite_path), getopt("--specdec-engine-args")
+        )
+        files = [p for p in (suite_path,) if p.exists()] + list(getopt("--specdec-config-file"))
+        engine = getopt("--specdec-engine") or self.suite.engine
+        if engine not in ENGINE_TABLE.names():
+            raise ConfigError(
+                f"--specdec-engine {engine}: no such engine is installed; installed: "
+                f"{', '.join(ENGINE_TABLE.names())} (an adapter registers itself under the "
+                "entry-point group pytest_specdec.engines, or through the "
+                "pytest_specdec_engines hook)"
+            )
+        self.registry = load_registry(files, default_engine=engine if engine != "openai" else None)
+        names = split_names(getopt("--spec-config")) or ["baseline"]
+        reference = getopt("--specdec-reference")
+        if reference:  # measured first, so that the others can be compared with it
+            names = [reference, *(n for n in names if n != reference)]
+        self.configs: list[SpecConfig] = resolve_configs(
+            names, engine, self.registry, getopt("--specdec-server-url") is not None,
+            any_engine=getopt("--specdec-engine") is None,
+        )  # fmt: skip
+        self.notes = [
+            f"spec config {c.name!r} exists only for engine {c.engine}: running it on "
+            f"{c.engine} (the suite's default engine is {engine})"
+            for c in self.configs if c.engine != engine and engine != "openai"
+        ]  # fmt: skip
+        self.workload = load_workload(getopt("--specdec-workload") or self.suite.workload)
+        return engine, names
+
+    def _run_settings(self, getopt: Any, root: Path, engine: str, names: list[str]) -> RunSettings:
+        """The flags as :class:`RunSettings`; each xdist worker writes its own results file
+        (the controller merges them)."""
+        results: Path = getopt("--specdec-results")
+        if self.worker_id:
+            results = results.with_name(f"{results.stem}.{self.worker_id}{results.suffix}")
         given = getopt("--specdec-cpus")  # checked now; the automatic split when first used
-        cpus = self._engine_cpus(given) if given is not None else None
-        self.settings = RunSettings(
+        return RunSettings(
             engine=engine,
             config_names=tuple(  # a name resolved on another engine travels qualified
                 c.qualified_name if c.engine != engine else n
@@ -141,14 +160,14 @@ class SpecdecState:
             warmup=not getopt("--specdec-no-warmup"),
             results_path=results,
             log_dir=getopt("--specdec-log-dir") or results.parent / "logs",
-            server_url=url,
+            server_url=getopt("--specdec-server-url"),
             model=getopt("--specdec-model"),
             draft_model=getopt("--specdec-draft-model"),
             startup_timeout_s=getopt("--specdec-startup-timeout"),
             request_timeout_s=getopt("--specdec-request-timeout"),
             api_key=getopt("--specdec-api-key") or os.environ.get("SPECDEC_API_KEY"),
             baseline_dir=getopt("--specdec-baseline-dir") or root / "baselines",
-            reference=self.configs[0].name if reference else None,
+            reference=self.configs[0].name if getopt("--specdec-reference") else None,
             allow_mismatch=getopt("--specdec-allow-mismatch"),
             update_baselines=getopt("--specdec-update-baselines"),
             fail_on=tuple(getopt("--specdec-fail-on")),
@@ -165,15 +184,9 @@ class SpecdecState:
             docker_binary=getopt("--specdec-docker-binary"),
             lossless_fail_before=getopt("--specdec-lossless-fail-before"),
             adaptive=getopt("--specdec-adaptive"),
-            cpus=cpus,
-            hardware_fields=hardware_fields(config),
+            cpus=self._engine_cpus(given) if given is not None else None,
+            hardware_fields=hardware_fields(self.config),
         )
-        self.summary_lines: list[str] = []
-        self._runner: Runner | None = None
-        self.merged: dict[str, Any] | None = None
-        self.needs_reference = False
-        self.lossless_lines: list[str] = []
-        self.started = time.time()
 
     def _engine_cpus(self, given: tuple[int, ...] | None) -> tuple[int, ...] | None:
         """This worker's engine cores: --specdec-cpus, or a CPU host's cores split between
@@ -214,7 +227,7 @@ class SpecdecState:
             gpu = GpuMonitor(self.gpu_settings, self.worker_id, self.n_workers)
             self._runner = Runner(
                 self.settings, self.registry, self.suite, self.workload, gpu=gpu,
-                on_write=self._amend,
+                on_write=self._amend, configs=self.configs,
             )  # fmt: skip
             self._runner.notes[:0] = self.notes
         return self._runner

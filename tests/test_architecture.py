@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pytest_specdec"
 MAX_LINES = 450
+MAX_FUNCTION_LINES = 60
 MAX_TOP_LEVEL = 12
 # Code outside the package that imports it (the suites, the bench and model scripts).
 USERS = [ROOT / "suites", ROOT / "bench", ROOT / "scripts"]
@@ -130,6 +131,32 @@ def test_no_module_is_too_long_to_read_at_once() -> None:
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}, f"split these (limit {MAX_LINES} lines): {long}"
+
+
+def test_no_function_in_the_package_is_over_sixty_lines() -> None:
+    long = {
+        f"{p.relative_to(ROOT)}:{node.lineno} {node.name}": size
+        for p in package_modules().values()
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and (size := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_FUNCTION_LINES
+    }
+    assert long == {}, f"split these (limit {MAX_FUNCTION_LINES} lines): {long}"
+
+
+def test_session_means_a_server_session_and_options_the_flags() -> None:
+    """The glossary of docs/architecture.md, checked: no name in the package uses "session"
+    for anything but a server session (pytest's ``scope="session"`` and the
+    ``pytest_sessionfinish`` argument are pytest's API), and "options" is only the flags."""
+    words = {"GpuSession", "RunOptions", "GpuOptions", "finish_session", "gpu_session"}
+    found = {
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in package_modules().values()
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if any(w in line for w in words) or "pytest session" in line.lower()
+    }
+    assert found == set(), sorted(found)
+    assert not (PACKAGE / "session").exists() and (PACKAGE / "driver" / "settings.py").is_file()
 
 
 def test_top_level_is_the_pytest_face_and_the_layers() -> None:

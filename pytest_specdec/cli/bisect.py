@@ -13,8 +13,9 @@ from pytest_specdec.core.values import engine_name, positive_int, probability
 
 DESCRIPTION = (
     "Measures candidates (engine builds, oldest first, in a TOML file) against the good one "
-    "in interleaved server sessions and names the first that REGRESSED, git-bisect style. "
-    "Each step also re-checks the bad endpoint; an INCONCLUSIVE candidate is skipped. The "
+    "in interleaved server sessions and names the first that is slower, git-bisect style: "
+    "each step places the middle candidate on the good or the bad side of the step and "
+    "re-checks the bad endpoint; a candidate on neither side is skipped. The "
     "state is saved after each step: rerun the same command to resume. Exit 0 when a first "
     "bad candidate was found or none exists, 3 when the evidence cannot decide, 2 on an "
     "error. See docs/bisect.md."
@@ -61,6 +62,12 @@ def add_command(sub: Any) -> None:
         metavar="CMD",
         help="builds a candidate's ref: run as CMD REF, prints the engine path",
     )
+    _measure_options(p)
+    p.set_defaults(func=bisect)
+
+
+def _measure_options(p: argparse.ArgumentParser) -> None:
+    """What each server session measures, and how a step decides."""
     p.add_argument("--suite-file", type=Path, default=Path("suites/specdec.toml"))
     p.add_argument(
         "--config-file",
@@ -97,4 +104,3 @@ def add_command(sub: Any) -> None:
         default="process",
         help="docker: each candidate's server is an image",
     )
-    p.set_defaults(func=bisect)

@@ -60,9 +60,12 @@ class Runner(Steps):
     def judged_configs(self) -> list[str]:
         return [c.name for c in self.configs if c.name != self.settings.reference]
 
-    def judge(self, name: str, policy: VerdictPolicy | None = None) -> Judgement:
-        """Verdict for one config: against --specdec-reference, else its stored baseline."""
-        doc = self.document()
+    def judge(
+        self, name: str, policy: VerdictPolicy | None = None, doc: dict[str, Any] | None = None
+    ) -> Judgement:
+        """Verdict for one config: against --specdec-reference, else its stored baseline.
+        ``doc``: the results document as it is now, when the caller has it."""
+        doc = doc if doc is not None else self.document()
         by_name = {c["name"]: c for c in doc["configs"]}
         policy = policy or self.settings.policy
         ref = self.settings.reference
@@ -84,12 +87,13 @@ class Runner(Steps):
     def judge_all(self) -> list[Judgement]:
         measured = {n for n, r in self.records.items() if r.measured()}
         names = [n for n in self.judged_configs() if n in measured]
-        return adjust([self.judge(n) for n in names], self.settings.policy)
+        doc = self.document()  # one document for every config's verdict
+        return adjust([self.judge(n, doc=doc) for n in names], self.settings.policy)
 
-    def drifts(self) -> list[dict[str, Any]]:
+    def drifts(self, doc: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Drops that tonight reveals in each measured config's nightly history (a change
         point, see verdict/history.py); judged against the baselines as they were."""
-        doc = self.document()
+        doc = doc if doc is not None else self.document()
         found = []
         for cfg in doc["configs"]:
             if any(r.get("phase") == "measure" for r in cfg.get("runs", [])):
@@ -100,9 +104,9 @@ class Runner(Steps):
         self.drift = found
         return found
 
-    def update_baselines(self) -> list[str]:
+    def update_baselines(self, doc: dict[str, Any] | None = None) -> list[str]:
         """Append every measured config's session to its baseline; one line per config."""
-        doc = self.document()
+        doc = doc if doc is not None else self.document()
         lines = []
         for cfg in doc["configs"]:
             try:

@@ -54,13 +54,14 @@ class Steps:
         transport: httpx.AsyncBaseTransport | None = None,
         gpu: GpuMonitor | None = None,
         on_write: Callable[[dict[str, Any]], None] | None = None,
+        configs: list[SpecConfig] | None = None,
     ) -> None:
         self.settings = settings
         self.gpu_monitor = gpu
         self.registry = registry
         self.suite = suite
         self.workload = workload
-        self.configs = resolve_configs(
+        self.configs = configs or resolve_configs(  # the pytest face resolved them already
             settings.config_names, settings.engine, registry, settings.server_url is not None
         )
         self.records: dict[str, ConfigRecord] = {}
@@ -252,9 +253,11 @@ class Steps:
         )
         return annotate(doc)
 
-    def write_results(self) -> None:
+    def write_results(self, doc: dict[str, Any] | None = None) -> None:
+        """Write the results file (atomically); ``doc``: the document, when the caller has
+        just made it."""
         if self.settings.results_path is not None:
-            doc = self.document()
+            doc = doc if doc is not None else self.document()
             if self.on_write is not None:
                 self.on_write(doc)
             atomic_write_json(self.settings.results_path, doc)

@@ -49,8 +49,20 @@ def trend_spec(view: KeyView) -> dict[str, Any]:
          "kind": "baseline reset"}
         for r in view.resets
     ]  # fmt: skip
-    kinds = list(dict.fromkeys(m["kind"] for m in marks))
     x = {"field": "night", "type": "temporal", "title": "night"}
+    y = {"field": "tok_s", "type": "quantitative", "title": "suite tok/s (geomean)",
+         "scale": {"zero": False}}  # fmt: skip
+    return {
+        "width": WIDTH, "height": 260, "data": {"values": values},
+        "layer": _trend_layers(view, marks, x, y), "config": {"legend": {"orient": "top"}},
+    }  # fmt: skip
+
+
+def _trend_layers(
+    view: KeyView, marks: list[dict[str, Any]], x: dict[str, Any], y: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The trend's layers: CI rules, line, points with the tooltip, segment levels, marks."""
+    kinds = list(dict.fromkeys(m["kind"] for m in marks))
     tooltip = [
         {"field": "night", "type": "nominal", "title": "night"},
         {"field": "engine", "type": "nominal", "title": "engine"},
@@ -60,8 +72,6 @@ def trend_spec(view: KeyView) -> dict[str, Any]:
         {"field": "accept", "type": "quantitative", "title": "accept length", "format": ".2f"},
         {"field": "sessions", "type": "quantitative", "title": "sessions"},
     ]
-    y = {"field": "tok_s", "type": "quantitative", "title": "suite tok/s (geomean)",
-         "scale": {"zero": False}}  # fmt: skip
     layers: list[dict[str, Any]] = [
         {"mark": {"type": "rule", "color": "#9db4cf"},
          "encoding": {"x": x, "y": {**y, "field": "lo"}, "y2": {"field": "hi"}}},
@@ -91,10 +101,7 @@ def trend_spec(view: KeyView) -> dict[str, Any]:
                             {"field": "label", "type": "nominal", "title": "what"}],
             },
         })  # fmt: skip
-    return {
-        "width": WIDTH, "height": 260, "data": {"values": values}, "layer": layers,
-        "config": {"legend": {"orient": "top"}},
-    }  # fmt: skip
+    return layers
 
 
 def _levels(view: KeyView) -> list[dict[str, Any]]:

@@ -256,18 +256,14 @@ def engine_env_change(session: Mapping[str, Any], config: Mapping[str, Any]) -> 
     return "engine environment differs from the latest baseline session: " + "; ".join(changed)
 
 
-def judge_baseline(
-    results: Mapping[str, Any],
-    config: Mapping[str, Any],
-    root: Path,
-    policy: VerdictPolicy,
-    allow_mismatch: bool = False,
-) -> Judgement:
-    """Against the stored history of this config's baseline key."""
-    prompts = workload_prompts(results)
+def _comparable_baseline(
+    judgement: Judgement, results: Mapping[str, Any], config: Mapping[str, Any], root: Path,
+    allow_mismatch: bool,
+) -> Baseline | None:  # fmt: skip
+    """The config's baseline, with notes on what changed since; None (and ``judgement``
+    closed as NO_BASELINE or MISMATCH) when there is none to compare with."""
     key = key_for(results, config)
     path = baseline_path(root, key)
-    judgement = Judgement(config["name"], JUDGED, "", "baseline")
     judgement.notes.append(f"baseline file {path}")
     baseline = load_baseline(path)  # BaselineError propagates: a corrupt file is an error
     if baseline is None or not baseline.sessions:
@@ -276,7 +272,7 @@ def judge_baseline(
             f"no baseline for {config['name']} at {path} (hardware {key['hardware'].get('name')}, "
             f"engine {key['engine']}); run with --specdec-update-baselines"
         )
-        return judgement
+        return None
     judgement.against = f"baseline ({len(baseline.sessions)} sessions)"
     diff = key_mismatch(baseline.key, key)
     if diff and not allow_mismatch:
@@ -285,7 +281,7 @@ def judge_baseline(
             f"baseline {path} was measured under another key: {'; '.join(diff)}; "
             "refusing to compare (pass --specdec-allow-mismatch to force)"
         )
-        return judgement
+        return None
     if diff:
         judgement.notes.append(f"FORCED comparison across differing key fields: {'; '.join(diff)}")
     if baseline.key.get("engine_version") != key.get("engine_version"):
@@ -295,6 +291,22 @@ def judge_baseline(
     env_change = engine_env_change(baseline.sessions[-1], config)
     if env_change:
         judgement.notes.append(env_change)
+    return baseline
+
+
+def judge_baseline(
+    results: Mapping[str, Any],
+    config: Mapping[str, Any],
+    root: Path,
+    policy: VerdictPolicy,
+    allow_mismatch: bool = False,
+) -> Judgement:
+    """Against the stored history of this config's baseline key."""
+    prompts = workload_prompts(results)
+    judgement = Judgement(config["name"], JUDGED, "", "baseline")
+    baseline = _comparable_baseline(judgement, results, config, root, allow_mismatch)
+    if baseline is None:
+        return judgement
     partial = unmeasured_prompts(config, prompts)
     if partial:
         judgement.status, judgement.message = PARTIAL, partial
