@@ -1,5 +1,6 @@
-"""The runner: a session's steps (steps.py) put together with the concurrency sweep, the
-lossless reference and the verdicts.
+"""The runner: the driver's steps (steps.py), the concurrency sweep (sweep.py) and the
+lossless reference (reference.py), each a :class:`Steps` subclass whose methods are the
+steps, put together with the verdicts.
 
 Both faces (the pytest plugin and the ``specdec`` CLI) drive this object; it knows nothing of
 pytest. The order of a config is boot → warm up → measure → sweep → lossless → judge; each
@@ -13,14 +14,10 @@ from dataclasses import replace
 from typing import Any
 
 from pytest_specdec.core.results import RunRecord
-from pytest_specdec.core.workloads import Prompt
 from pytest_specdec.driver.boot import Server, resolve_configs
-from pytest_specdec.driver.reference import ensure_references, lossless
+from pytest_specdec.driver.reference import ReferenceSteps
 from pytest_specdec.driver.settings import RunSettings
-from pytest_specdec.driver.steps import Steps
-from pytest_specdec.driver.sweep import sweep
-from pytest_specdec.measure.levels import LevelResult
-from pytest_specdec.measure.lossless import LosslessResult
+from pytest_specdec.driver.sweep import SweepSteps
 from pytest_specdec.verdict.gate import adjust
 from pytest_specdec.verdict.history import drift_for
 from pytest_specdec.verdict.judge import Judgement, judge_baseline, judge_reference
@@ -30,7 +27,7 @@ from pytest_specdec.verdict.stats import VerdictPolicy
 __all__ = ["RunSettings", "Runner", "Server", "resolve_configs", "run_errors"]
 
 
-class Runner(Steps):
+class Runner(SweepSteps, ReferenceSteps):
     """One run of a suite: the driver's steps plus sweep, lossless reference and verdicts."""
 
     def decided(self, name: str) -> Judgement | None:
@@ -41,19 +38,6 @@ class Runner(Steps):
         if judgement.suite is not None and judgement.suite.outcome.value != "INCONCLUSIVE":
             return judgement
         return None
-
-    def sweep(self, server: Server, clients: int) -> LevelResult:
-        """``clients`` concurrent clients over the workload (see sweep.py)."""
-        return sweep(self, server, clients)
-
-    # --- lossless ---------------------------------------------------------------------------
-
-    def ensure_references(self) -> None:
-        """Greedy reference outputs of each target without speculation (see reference.py)."""
-        ensure_references(self)
-
-    def lossless(self, server: Server, prompt: Prompt) -> LosslessResult:
-        return lossless(self, server, prompt)
 
     # --- judge ------------------------------------------------------------------------------
 
