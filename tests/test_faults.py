@@ -141,7 +141,7 @@ def test_port_taken_fails_fast_with_the_bind_error(
         holder.listen()
         port = holder.getsockname()[1]
         argv = [str(llama_server), "-m", str(models["target"]), "--host", "127.0.0.1",
-                "--port", str(port), "-t", "2"]  # fmt: skip
+                "--port", str(port), "-t", "1"]  # fmt: skip
         proc = start_process(argv, {}, tmp_path / "engine.log")
         start = time.monotonic()
         with pytest.raises(LaunchError) as info:
@@ -316,7 +316,7 @@ def test_engines_started_here_finds_this_runs_engine_and_not_another_suites(
     of the same model on the same host (a shared CI runner) is not counted as ours."""
     port = free_port()
     argv = [str(llama_server), "-m", str(models["target"]), "--host", "127.0.0.1",
-            "--port", str(port), "-t", "2"]  # fmt: skip
+            "--port", str(port), "-t", "1"]  # fmt: skip
     other_env = {**os.environ, ENGINE_MARKER: "other-suite/1"}
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)", str(models["target"])]
     other = subprocess.Popen(sleeper, env=other_env)  # stands in for the other suite's engine

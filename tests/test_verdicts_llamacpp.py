@@ -82,7 +82,7 @@ def test_external_server_is_baselined_and_judged(
 ) -> None:
     port = free_port()
     argv = [str(llama_server), "-m", str(models["target"]), "--host", "127.0.0.1",
-            "--port", str(port), "--metrics", "-np", "1", "-t", "2"]  # fmt: skip
+            "--port", str(port), "--metrics", "-np", "1", "-t", "1"]  # fmt: skip
     proc = start_process(argv, {}, tmp_path / "external.log")
     try:
         import httpx
