@@ -156,7 +156,7 @@ def test_external_server_is_measured_under_a_label(
             "-np",
             "1",
             "-t",
-            "2",
+            "1",
         ],
         {},
         tmp_path / "external.log",
