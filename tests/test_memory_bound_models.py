@@ -128,7 +128,7 @@ engine = "llamacpp"
 target = "{base}"
 drafts = {{ draft = "{out / "mb-smollm2-draft-161m-s0-seed1.F16.gguf"}" }}
 [engines.llamacpp]
-extra_args = ["-np", "1", "-c", "4096"]
+extra_args = ["-np", "1", "-c", "4096", "-t", "1"]
 """,
     )
     return suite_project
