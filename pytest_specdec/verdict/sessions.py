@@ -26,11 +26,7 @@ def prompt_runs(
     config: Mapping[str, Any], prompts: Sequence[str], session: int | None = None
 ) -> dict[str, list[float]]:
     """Measured, successful tok/s per prompt (failed runs are errors, never numbers)."""
-    out: dict[str, list[float]] = {p: [] for p in prompts}
-    for run in _usable(config, prompts, session):
-        if run.get("tok_per_s"):
-            out[run["prompt"]].append(float(run["tok_per_s"]))
-    return out
+    return _per_prompt(config, prompts, session, "tok_per_s")
 
 
 def sessions_of(config: Mapping[str, Any]) -> list[int]:
@@ -136,10 +132,17 @@ def accept_runs(
     config: Mapping[str, Any], prompts: Sequence[str], session: int | None = None
 ) -> dict[str, list[float]]:
     """Per-request accept lengths per prompt (measured, successful, valid runs only)."""
+    return _per_prompt(config, prompts, session, "accept_length")
+
+
+def _per_prompt(
+    config: Mapping[str, Any], prompts: Sequence[str], session: int | None, field: str
+) -> dict[str, list[float]]:
+    """``field`` of the usable runs, per prompt (runs that do not report it left out)."""
     out: dict[str, list[float]] = {p: [] for p in prompts}
     for run in _usable(config, prompts, session):
-        if run.get("accept_length"):
-            out[run["prompt"]].append(float(run["accept_length"]))
+        if run.get(field):
+            out[run["prompt"]].append(float(run[field]))
     return out
 
 
