@@ -22,7 +22,7 @@ from typing import Any
 
 GROUP = "pytest_specdec.engines"
 BUILTIN = ("llamacpp", "sglang", "vllm", "openai")  # the adapters this package ships
-_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+ENGINE_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")  # what an engine may be called
 
 
 class EngineTableError(ValueError):
@@ -64,7 +64,7 @@ class EngineTable:
 
     def _put(self, name: str, entry: _Entry) -> None:
         assert self._entries is not None
-        if not _NAME.match(name):
+        if not ENGINE_NAME.match(name):
             raise EngineTableError(
                 f"engine name {name!r} ({entry.source}): use lowercase letters, digits, - and _, "
                 "starting with a letter"
@@ -85,18 +85,21 @@ class EngineTable:
     def names(self) -> tuple[str, ...]:
         return tuple(self._all())
 
-    def factory(self, name: str) -> Any:
+    def _entry(self, name: str) -> _Entry:
         entry = self._all().get(name)
         if entry is None:
             raise EngineTableError(
                 f"unknown engine {name!r}; installed: {', '.join(self.names())} (an engine "
                 f"adapter registers itself under the entry-point group {GROUP})"
             )
-        return entry.factory()
+        return entry
+
+    def factory(self, name: str) -> Any:
+        return self._entry(name).factory()
 
     def source(self, name: str) -> str:
-        self.factory(name)
-        return self._all()[name].source
+        """Who registered ``name`` (without importing its adapter)."""
+        return self._entry(name).source
 
     def config_engines(self) -> tuple[str, ...]:
         """The engines spec configs can name (all but those measuring a foreign server)."""

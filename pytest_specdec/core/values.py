@@ -7,13 +7,12 @@ naming the value and the fix (pytest and argparse turn it into a usage error nam
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
-from pytest_specdec.core.engine_table import ENGINE_TABLE
+from pytest_specdec.core.engine_table import ENGINE_NAME, ENGINE_TABLE
 
 
 def _parse_number(value: str, kind: type[int] | type[float], low: float, strict: bool) -> Any:
@@ -44,7 +43,7 @@ def positive_float(value: str) -> float:
 def engine_name(value: str) -> str:
     """An installed engine's name (entry points; a pytest plugin's engines are checked once the
     plugins have registered them, see state.py)."""
-    if not re.match(r"^[a-z][a-z0-9_-]*$", value):
+    if not ENGINE_NAME.match(value):
         raise argparse.ArgumentTypeError(
             f"engine {value!r}: an engine name is lowercase letters, digits, - and _ "
             f"(installed: {', '.join(ENGINE_TABLE.names())})"
