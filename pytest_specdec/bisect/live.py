@@ -24,7 +24,7 @@ from pytest_specdec.engines import EngineNotInstalled
 from pytest_specdec.engines.launch import LaunchError
 from pytest_specdec.gpu.monitor import GpuMonitor
 from pytest_specdec.verdict.judge import Judgement, judge_reference
-from pytest_specdec.verdict.sessions import suite_session_logs, workload_prompts
+from pytest_specdec.verdict.sessions import suite_session_logs
 from pytest_specdec.verdict.stats import VerdictPolicy
 
 BOOT_ERRORS = (LaunchError, ConfigError, EngineNotInstalled)
@@ -138,9 +138,12 @@ class LiveMeasurer:
         return judge_reference(doc, by_name[name], by_name[good], policy)
 
     def session_logs(self, name: str) -> list[float]:
-        doc = self.document()
-        config = next(c for c in doc["configs"] if c["name"] == name)
-        return suite_session_logs(config, workload_prompts(doc))
+        """From ``name``'s own record: the step's whole document is not needed for it."""
+        steps = self.steps.get(name)
+        record = steps.records.get(steps.configs[0].name) if steps is not None else None
+        if steps is None or record is None:
+            return []
+        return suite_session_logs(record.to_dict(), [p.id for p in steps.workload.prompts])
 
     def end_step(self) -> None:
         if any(s is not None for s in self.steps.values()):

@@ -22,8 +22,6 @@ from pytest_specdec.verdict.numbers import t_cdf
 NEARER_GOOD = "NEARER-GOOD"  # significantly above the midpoint between good and bad endpoint
 NEARER_BAD = "NEARER-BAD"  # significantly below it
 MIN_SESSIONS = 2  # per sample, for a variance
-
-
 LAST_LOOK_ERROR = 0.01  # the largest two-point error a last-look placement may carry
 OFF_SIDE_ALPHA = 0.01  # a candidate this unlike its nearer side is between the two, not on one
 

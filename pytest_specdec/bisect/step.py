@@ -305,16 +305,13 @@ def _measure(
                     cand.outcome = NOT_PLACED  # nothing to place it against
                 return
             last = k == plan.looks[-1]
-            if cand in open_ and _look_candidate(
-                m,
-                plan,
-                step.good,
-                cand,
-                bad,
-                not confirm_bad,
-                last,  # type: ignore[arg-type]
+            known = not confirm_bad
+            if (
+                cand is not None
+                and cand in open_
+                and _look_candidate(m, plan, step.good, cand, bad, known, last)
             ):
-                open_.remove(cand)  # type: ignore[arg-type]
+                open_.remove(cand)
             if bad_done and cand not in open_:  # the bad endpoint rides along with the candidate
                 open_.remove(bad)
         if not confirm_bad and bad in open_ and cand not in open_:
