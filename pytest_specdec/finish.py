@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from pytest_specdec.core.results import ConfigRecord, atomic_write_json, merge_worker_results
+from pytest_specdec.core.workers import mark_lost_workers
 from pytest_specdec.measure.roofline import annotate
 from pytest_specdec.report.table import terminal_summary, verdict_lines
-from pytest_specdec.state import STASH_KEY
+from pytest_specdec.state import STASH_KEY, SpecdecState
 from pytest_specdec.verdict.baselines import BaselineError
 from pytest_specdec.verdict.gate import failures, indistinguishable, not_gating
 from pytest_specdec.verdict.history import HistoryUnavailable
@@ -28,12 +29,7 @@ def finish_run(session: pytest.Session) -> None:
     and set the exit status when a verdict fails the run."""
     state = session.config.stash.get(STASH_KEY, None)
     if state is not None and is_xdist_controller(session.config):
-        state.merged = merge_worker_results(state.results_path, state.started)
-        if state.merged is not None:  # runs of a config may come from several workers
-            state.merged = annotate(state.merged)
-            session.config.hook.pytest_specdec_results(config=session.config, document=state.merged)
-            atomic_write_json(state.results_path, state.merged)
-            state.summary_lines += write_reports(session.config, state.merged)
+        finish_controller(session.config, state)
         return
     if state is None or not state.used:
         return
@@ -67,6 +63,21 @@ def finish_run(session: pytest.Session) -> None:
     if found and session.exitstatus == pytest.ExitCode.OK:
         state.summary_lines += ["FAILED after Holm across configs:", *found]
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def finish_controller(config: pytest.Config, state: SpecdecState) -> None:
+    """The xdist controller's end: the workers' files merged into one, marked where a worker
+    was lost (its configs' errors name it; what it wrote is kept), written once."""
+    state.merged = merge_worker_results(state.results_path, state.started)
+    if state.merged is None:  # no worker wrote a file
+        state.summary_lines += [w.describe() for w in state.workers.lost]
+        return
+    records = {c.name: ConfigRecord(c.name, c.engine, c.to_dict()).to_dict() for c in state.configs}
+    state.summary_lines += mark_lost_workers(state.merged, state.workers, records)
+    state.merged = annotate(state.merged)  # runs of a config may come from several workers
+    config.hook.pytest_specdec_results(config=config, document=state.merged)
+    atomic_write_json(state.results_path, state.merged)
+    state.summary_lines += write_reports(config, state.merged)
 
 
 def write_reports(config: pytest.Config, doc: dict[str, Any]) -> list[str]:
@@ -105,9 +116,13 @@ def summary_lines(config: pytest.Config) -> list[str]:
         records = {c["name"]: ConfigRecord.from_dict(c) for c in doc["configs"]}
         prompts = list(doc["workload"]["prompts"])
         lines = terminal_summary(records, prompts, str(state.results_path), rooflines(doc))
-        return lines + [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
-    if not state.used:
-        return []
+        return (
+            lines
+            + [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
+            + [line for line in state.summary_lines if line not in lines]
+        )
+    if not state.used:  # e.g. a controller none of whose workers wrote results
+        return list(state.summary_lines)
     runner = state.runner
     prompts = [p.id for p in runner.workload.prompts]
     path = str(runner.settings.results_path) if runner.settings.results_path else None

@@ -235,6 +235,24 @@ class SpecdecPlugin:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
 
+    # The xdist controller's account of its workers (xdist's hooks; absent without xdist).
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.state.workers.collected(ids)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)  # set on the controller's copy of a worker report
+        if node is not None and report.when == "teardown":
+            self.state.workers.finished(report.nodeid, _worker_id(node))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        self.state.workers.worker_down(_worker_id(node) or "?", error)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+        self.state.workers.crashed_while(_worker_id(report.node) or "?", crashitem)
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         finish_run(session)
 
@@ -249,3 +267,10 @@ class SpecdecPlugin:
         kill_all()
         if self.state.used:
             self.state.runner.close()
+
+
+def _worker_id(node: Any) -> str | None:
+    """An xdist worker's id (``gw0``) from its controller-side node."""
+    workerinput = getattr(node, "workerinput", None) or {}
+    gateway = getattr(node, "gateway", None)
+    return workerinput.get("workerid") or getattr(gateway, "id", None)

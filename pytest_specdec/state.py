@@ -16,6 +16,7 @@ import pytest
 from pytest_specdec.core.configs import ConfigError, SpecConfig, load_registry, split_names
 from pytest_specdec.core.engine_table import ENGINE_TABLE, EngineTableError
 from pytest_specdec.core.suitefile import load_suite_settings, with_engine_args
+from pytest_specdec.core.workers import WorkerLedger
 from pytest_specdec.core.workloads import WorkloadError, load_workload
 from pytest_specdec.driver.runner import Runner, RunSettings, resolve_configs
 from pytest_specdec.engines.container import DockerSettings
@@ -100,6 +101,7 @@ class SpecdecState:
         self.summary_lines: list[str] = []
         self._runner: Runner | None = None
         self.merged: dict[str, Any] | None = None  # the xdist controller's merged results
+        self.workers = WorkerLedger()  # the xdist controller's account of its workers
         self.final: dict[str, Any] | None = None  # the last results document of this process
         self.needs_reference = False
         self.started = time.time()

@@ -37,6 +37,7 @@ import pytest_specdec.gpu.nvml as gpu_module
 from pytest_specdec.core.configs import Registry, preset_configs
 from pytest_specdec.core.results import ResultsError, load_results, merge_worker_results
 from pytest_specdec.core.suitefile import load_suite_settings
+from pytest_specdec.core.workers import group_of, short_test
 from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.driver.runner import Runner, RunSettings
 from pytest_specdec.engines.launch import (
@@ -419,6 +420,22 @@ def test_killed_xdist_worker_takes_its_engine_with_it(
     assert re.search(r"worker '?gw\d'? crashed|node down", output), output
     assert "worker restarting disabled" in output, output
     assert engine_pids(root) == []
+    # the merged file: the lost worker's config marked with the worker and the test, the
+    # other worker's config kept whole with its verdict
+    doc = load_results(root / "r.json")
+    [lost] = doc["lost_workers"]
+    assert re.fullmatch(r"gw[01]", lost["worker"]) and lost["error"], lost
+    killed = group_of(lost["running"])
+    [other] = {"baseline", "ngram"} - {killed}
+    records = {c["name"]: c for c in doc["configs"]}
+    assert records[killed]["error"].startswith(
+        f"incomplete: xdist worker {lost['worker']} went down ({lost['error']}) while running "
+        f"{short_test(lost['running'])}"
+    ), records[killed]["error"]
+    assert f"{killed}: ERROR incomplete: xdist worker {lost['worker']}" in output, output
+    assert records[other].get("error") is None
+    assert len([r for r in records[other]["runs"] if r["phase"] == "measure" and r["ok"]]) == 4
+    assert other in {v["config"] for v in doc["verdicts"]}
 
 
 # --- 4. the server fails a request ------------------------------------------------------------

@@ -234,6 +234,7 @@ def merge_worker_results(path: Path, since: float) -> dict[str, Any] | None:
         return None
     docs = [load_results(p) for p in parts]
     merged = dict(docs[0])
+    merged["options"] = {**merged.get("options", {}), "results_path": str(path)}
     merged["configs"] = _merge_configs([c for d in docs for c in d["configs"]])
     merged["verdicts"] = [v for d in docs for v in d.get("verdicts", [])]
     merged["notes"] = sorted({n for d in docs for n in d.get("notes", [])})

@@ -15,7 +15,12 @@ from pytest_specdec.core.results import ConfigRecord, RunRecord
 from pytest_specdec.gpu.hygiene import DEFAULT_INVALIDATING_BITS
 from pytest_specdec.gpu.readings import decode_reasons
 from pytest_specdec.measure.roofline import describe as roofline_cell
-from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
+from pytest_specdec.report.summary import (
+    CellSummary,
+    config_cells,
+    suite_geomean,
+    unmeasured_label,
+)
 from pytest_specdec.verdict.acceptance import short
 
 INVALIDATING = set(decode_reasons(DEFAULT_INVALIDATING_BITS))
@@ -73,7 +78,8 @@ def throughput_table(
     for rec in recs:
         tail = [roofline_cell(roof.get(rec.name))] if with_roof else []
         if rec.error and not rec.measured():
-            rows.append([code(rec.name), "**BOOT FAILED**", *[NONE] * len(prompts), *tail])
+            label = f"**{unmeasured_label(rec)}**"
+            rows.append([code(rec.name), label, *[NONE] * len(prompts), *tail])
             continue
         cells = config_cells(rec, prompts)
         geo = suite_geomean(cells)

@@ -71,3 +71,8 @@ def suite_geomean(cells: dict[str, CellSummary]) -> float | None:
     if not values or any(v is None for v in values):
         return None
     return math.exp(statistics.fmean(math.log(v) for v in values if v is not None))
+
+
+def unmeasured_label(rec: ConfigRecord) -> str:
+    """What a config with an error and nothing measured reads as in a throughput table."""
+    return "WORKER LOST" if rec.extra.get("lost_worker") else "BOOT FAILED"

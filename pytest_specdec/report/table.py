@@ -9,7 +9,12 @@ from pytest_specdec.core.results import ConfigRecord
 from pytest_specdec.measure.levels import LevelResult
 from pytest_specdec.measure.levels import table as sweep_table
 from pytest_specdec.measure.roofline import describe as roofline_cell
-from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
+from pytest_specdec.report.summary import (
+    CellSummary,
+    config_cells,
+    suite_geomean,
+    unmeasured_label,
+)
 from pytest_specdec.verdict.acceptance import accept_summary_lines, short
 from pytest_specdec.verdict.judge import Judgement
 
@@ -44,7 +49,8 @@ def table_rows(
     for rec in records:
         tail = [roofline_cell(roof.get(rec.name))] if with_roof else []
         if rec.error and not rec.runs:
-            rows.append([rec.name, *(["BOOT FAILED"] + ["-"] * (len(prompts) - 1)), "-", *tail])
+            label = unmeasured_label(rec)
+            rows.append([rec.name, *([label] + ["-"] * (len(prompts) - 1)), "-", *tail])
             continue
         cells = config_cells(rec, prompts)
         geo = suite_geomean(cells)

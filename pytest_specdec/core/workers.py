@@ -1,0 +1,138 @@
+"""What the xdist controller saw of its workers, and what a lost worker means for the merged
+results.
+
+Under ``--dist loadgroup`` every test of a config carries the config's name as its group
+(``<test id>@<config>``). The controller learns each test's group from the workers'
+collection, sees a teardown report for every test that ran, and hears of a worker that went
+down with an error and of the test it was running. A config whose worker was lost is marked in
+the merged document: its record gets an ``error`` naming the worker, the test and how much did
+not run; its measured runs are kept, never completed or averaged into anything. A config that
+had not started when its worker was lost gets a record with that error and no runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def group_of(nodeid: str) -> str | None:
+    """The xdist group of a test id (``…::test[baseline-haiku]@baseline`` → ``baseline``)."""
+    head, sep, group = nodeid.rpartition("@")
+    bare = sep and "::" in head and not any(c in group for c in "/[]")
+    return group if bare and group else None
+
+
+def short_test(nodeid: str) -> str:
+    """A test id without its file and group: ``test_throughput[baseline-haiku]``."""
+    return nodeid.rpartition("::")[2].rpartition("@")[0] or nodeid
+
+
+@dataclass
+class LostWorker:
+    """A worker that went down with an error (``error`` as xdist gives it)."""
+
+    worker: str
+    error: str
+    running: str | None = None  # the test id it was running, when xdist knew it
+
+    def describe(self) -> str:
+        text = f"xdist worker {self.worker} went down ({self.error})"
+        if self.running:
+            text += f" while running {short_test(self.running)}"
+        return text
+
+
+@dataclass
+class WorkerLedger:
+    """The controller's account of the workers: tests per config group, tests that ran, lost
+    workers. Fed by the xdist hooks; read once at the end of the run."""
+
+    tests: dict[str, set[str]] = field(default_factory=dict)  # group -> its test ids
+    ran: set[str] = field(default_factory=set)
+    ran_on: dict[str, set[str]] = field(default_factory=dict)  # group -> workers that ran it
+    lost: list[LostWorker] = field(default_factory=list)
+
+    def collected(self, ids: Iterable[str]) -> None:
+        for nodeid in ids:
+            group = group_of(nodeid)
+            if group is not None:
+                self.tests.setdefault(group, set()).add(nodeid)
+
+    def finished(self, nodeid: str, worker: str | None) -> None:
+        self.ran.add(nodeid)
+        group = group_of(nodeid)
+        if group is not None and worker is not None:
+            self.ran_on.setdefault(group, set()).add(worker)
+
+    def worker_down(self, worker: str, error: object) -> None:
+        """A worker left; ``error`` is None for a normal shutdown."""
+        if error is None:
+            return
+        text = str(error).strip() or "no reason given"
+        for lost in self.lost:
+            if lost.worker == worker:
+                lost.error = text
+                return
+        self.lost.append(LostWorker(worker, text))
+
+    def crashed_while(self, worker: str, nodeid: str) -> None:
+        """xdist names the test a lost worker was running (it is reported failed)."""
+        self.ran.add(nodeid)
+        for lost in self.lost:
+            if lost.worker == worker:
+                lost.running = nodeid
+                return
+        self.lost.append(LostWorker(worker, "crashed", nodeid))
+
+    def damage(self) -> dict[str, str]:
+        """Config name → why its results are incomplete, for the configs a lost worker hit
+        (the one it was running, and any with tests that never ran). Empty when no worker was
+        lost: tests left out by ``-x`` or ``--maxfail`` are not a fault."""
+        if not self.lost:
+            return {}
+        crashed_in = {group_of(w.running): w for w in self.lost if w.running}
+        lost_text = "; ".join(w.describe() for w in self.lost)
+        out: dict[str, str] = {}
+        for group, ids in sorted(self.tests.items()):
+            missing = len(ids - self.ran)
+            worker = crashed_in.get(group)
+            if worker is None and not missing:
+                continue
+            cause = worker.describe() if worker is not None else lost_text
+            parts = [cause]
+            if missing:
+                parts.append(f"{missing} of {len(ids)} tests did not run")
+            others = sorted(self.ran_on.get(group, set()) - {w.worker for w in self.lost})
+            if others:
+                parts.append(f"others ran on {', '.join(others)}")
+            out[group] = "; ".join(parts)
+        return out
+
+
+def mark_lost_workers(
+    merged: dict[str, Any], ledger: WorkerLedger, configs: Mapping[str, dict[str, Any]]
+) -> list[str]:
+    """Mark the merged document with the lost workers: ``lost_workers`` at the top, an
+    ``error`` on every config they hit (a new record, with no runs, for one that never wrote
+    any). ``configs`` maps a config name to the record to start from (name, engine, config).
+    Returns summary lines."""
+    damage = ledger.damage()
+    if not ledger.lost:
+        return []
+    merged["lost_workers"] = [
+        {"worker": w.worker, "error": w.error, "running": w.running} for w in ledger.lost
+    ]
+    records = {c["name"]: c for c in merged["configs"]}
+    lines = [f"{w.describe()}; its results are kept as far as it wrote them" for w in ledger.lost]
+    for name, why in damage.items():
+        record = records.get(name)
+        if record is None:
+            record = {**configs.get(name, {"name": name}), "runs": []}
+            merged["configs"].append(record)
+        kept = sum(1 for r in record.get("runs", []) if r.get("phase") == "measure")
+        record["error"] = f"incomplete: {why}; {kept} measured runs kept"
+        record.setdefault("extra", {})["lost_worker"] = True
+        lines.append(f"{name}: ERROR {record['error']}")
+    return lines
