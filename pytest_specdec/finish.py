@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_specdec.core.results import ConfigRecord, atomic_write_json, merge_worker_results
-from pytest_specdec.core.workers import mark_lost_workers
+from pytest_specdec.core.workers import lost_worker_lines, mark_lost_workers
 from pytest_specdec.measure.roofline import annotate
 from pytest_specdec.report.table import terminal_summary, verdict_lines
 from pytest_specdec.state import STASH_KEY, SpecdecState
@@ -68,12 +68,15 @@ def finish_run(session: pytest.Session) -> None:
 def finish_controller(config: pytest.Config, state: SpecdecState) -> None:
     """The xdist controller's end: the workers' files merged into one, marked where a worker
     was lost (its configs' errors name it; what it wrote is kept), written once."""
+    state.summary_lines += lost_worker_lines(state.workers)
     state.merged = merge_worker_results(state.results_path, state.started)
     if state.merged is None:  # no worker wrote a file
-        state.summary_lines += [w.describe() for w in state.workers.lost]
         return
-    records = {c.name: ConfigRecord(c.name, c.engine, c.to_dict()).to_dict() for c in state.configs}
-    state.summary_lines += mark_lost_workers(state.merged, state.workers, records)
+    if state.workers.lost:
+        starts = {
+            c.name: ConfigRecord(c.name, c.engine, c.to_dict()).to_dict() for c in state.configs
+        }
+        mark_lost_workers(state.merged, state.workers, starts)
     state.merged = annotate(state.merged)  # runs of a config may come from several workers
     config.hook.pytest_specdec_results(config=config, document=state.merged)
     atomic_write_json(state.results_path, state.merged)
@@ -116,11 +119,8 @@ def summary_lines(config: pytest.Config) -> list[str]:
         records = {c["name"]: ConfigRecord.from_dict(c) for c in doc["configs"]}
         prompts = list(doc["workload"]["prompts"])
         lines = terminal_summary(records, prompts, str(state.results_path), rooflines(doc))
-        return (
-            lines
-            + [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
-            + [line for line in state.summary_lines if line not in lines]
-        )
+        verdicts = [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
+        return lines + verdicts + state.summary_lines
     if not state.used:  # e.g. a controller none of whose workers wrote results
         return list(state.summary_lines)
     runner = state.runner

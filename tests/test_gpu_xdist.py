@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fault_server import parent_pid
 
 from pytest_specdec.core.results import load_results
 from pytest_specdec.core.workers import group_of
@@ -165,7 +166,7 @@ def test_a_killed_worker_leaves_no_engine_on_any_gpu(
                 for pid in set(pids) - before:
                     name = _xdist_worker(pid)
                     if name and (tmp_path / f"r.{name}.json").is_file():
-                        worker = _parent(pid)
+                        worker = parent_pid(pid)
             time.sleep(0.2)
         assert worker, "no engine of an xdist worker that had written results, on any GPU"
         os.kill(worker, signal.SIGKILL)
@@ -181,13 +182,3 @@ def test_a_killed_worker_leaves_no_engine_on_any_gpu(
     for name in {"baseline", "ngram"} - {group_of(lost["running"])}:
         if n > 1:  # the other worker's config is whole
             assert records[name].get("error") is None and records[name]["runs"]
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("PPid:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None

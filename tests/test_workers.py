@@ -10,9 +10,15 @@ from typing import Any
 import pytest
 
 from pytest_specdec.core.results import ConfigRecord
-from pytest_specdec.core.workers import WorkerLedger, group_of, mark_lost_workers, short_test
+from pytest_specdec.core.workers import (
+    WorkerLedger,
+    group_of,
+    lost_worker_lines,
+    mark_lost_workers,
+    short_test,
+)
 from pytest_specdec.report.markdown import throughput_table
-from pytest_specdec.report.table import table_rows
+from pytest_specdec.report.table import table_rows, terminal_summary
 
 T = "suites/test_throughput.py::test_throughput"
 
@@ -57,7 +63,7 @@ def test_a_lost_worker_marks_its_configs_and_keeps_what_it_wrote() -> None:
     ledger.crashed_while("gw1", ids("a")[1])  # b was queued behind a on gw1: never started
     merged = {"configs": [record("c", 4), record("a", 2)]}
 
-    lines = mark_lost_workers(merged, ledger, starts())
+    mark_lost_workers(merged, ledger, starts())
 
     by_name = {c["name"]: c for c in merged["configs"]}
     assert by_name["c"].get("error") is None and len(by_name["c"]["runs"]) == 4
@@ -74,8 +80,13 @@ def test_a_lost_worker_marks_its_configs_and_keeps_what_it_wrote() -> None:
     assert merged["lost_workers"] == [
         {"worker": "gw1", "error": "Not properly terminated", "running": ids("a")[1]}
     ]
-    assert lines[0].startswith("xdist worker gw1 went down (Not properly terminated)")
-    assert {line.split(":")[0] for line in lines[1:]} == {"a", "b"}
+    [line] = lost_worker_lines(ledger)
+    assert line.startswith("xdist worker gw1 went down (Not properly terminated)")
+    summary = terminal_summary(
+        {c["name"]: ConfigRecord.from_dict(c) for c in merged["configs"]}, ["code", "prose"], None
+    )
+    errors = [line for line in summary if ": ERROR " in line]
+    assert {line.split(":")[0] for line in errors} == {"a", "b"}
     # b reads as lost, not as a boot failure, in both tables
     recs = [ConfigRecord.from_dict(c) for c in merged["configs"]]
     assert table_rows(recs, ["code", "prose"])[3][:2] == ["b", "WORKER LOST"]
@@ -105,7 +116,8 @@ def test_without_a_lost_worker_nothing_is_marked() -> None:
     ledger.finished(ids("a")[0], "gw0")
     ledger.worker_down("gw0", None)  # a normal shutdown
     merged = {"configs": [record("a", 1)]}
-    assert mark_lost_workers(merged, ledger, starts()) == []
+    mark_lost_workers(merged, ledger, starts())
+    assert lost_worker_lines(ledger) == []
     assert merged == {"configs": [record("a", 1)]}
 
 

@@ -66,25 +66,24 @@ class WorkerLedger:
         if group is not None and worker is not None:
             self.ran_on.setdefault(group, set()).add(worker)
 
-    def worker_down(self, worker: str, error: object) -> None:
-        """A worker left; ``error`` is None for a normal shutdown."""
-        if error is None:
-            return
-        text = str(error).strip() or "no reason given"
+    def _lost(self, worker: str) -> LostWorker:
+        """The lost worker's entry, added on first word of it ("crashed" until xdist says
+        more)."""
         for lost in self.lost:
             if lost.worker == worker:
-                lost.error = text
-                return
-        self.lost.append(LostWorker(worker, text))
+                return lost
+        self.lost.append(LostWorker(worker, "crashed"))
+        return self.lost[-1]
+
+    def worker_down(self, worker: str, error: object) -> None:
+        """A worker left; ``error`` is None for a normal shutdown."""
+        if error is not None:
+            self._lost(worker).error = str(error).strip() or "no reason given"
 
     def crashed_while(self, worker: str, nodeid: str) -> None:
         """xdist names the test a lost worker was running (it is reported failed)."""
         self.ran.add(nodeid)
-        for lost in self.lost:
-            if lost.worker == worker:
-                lost.running = nodeid
-                return
-        self.lost.append(LostWorker(worker, "crashed", nodeid))
+        self._lost(worker).running = nodeid
 
     def damage(self) -> dict[str, str]:
         """Config name → why its results are incomplete, for the configs a lost worker hit
@@ -113,20 +112,18 @@ class WorkerLedger:
 
 def mark_lost_workers(
     merged: dict[str, Any], ledger: WorkerLedger, configs: Mapping[str, dict[str, Any]]
-) -> list[str]:
+) -> None:
     """Mark the merged document with the lost workers: ``lost_workers`` at the top, an
     ``error`` on every config they hit (a new record, with no runs, for one that never wrote
     any). ``configs`` maps a config name to the record to start from (name, engine, config).
-    Returns summary lines."""
-    damage = ledger.damage()
+    The summary's tables show each config's error from its record."""
     if not ledger.lost:
-        return []
+        return
     merged["lost_workers"] = [
         {"worker": w.worker, "error": w.error, "running": w.running} for w in ledger.lost
     ]
     records = {c["name"]: c for c in merged["configs"]}
-    lines = [f"{w.describe()}; its results are kept as far as it wrote them" for w in ledger.lost]
-    for name, why in damage.items():
+    for name, why in ledger.damage().items():
         record = records.get(name)
         if record is None:
             record = {**configs.get(name, {"name": name}), "runs": []}
@@ -134,5 +131,8 @@ def mark_lost_workers(
         kept = sum(1 for r in record.get("runs", []) if r.get("phase") == "measure")
         record["error"] = f"incomplete: {why}; {kept} measured runs kept"
         record.setdefault("extra", {})["lost_worker"] = True
-        lines.append(f"{name}: ERROR {record['error']}")
-    return lines
+
+
+def lost_worker_lines(ledger: WorkerLedger) -> list[str]:
+    """One summary line per lost worker."""
+    return [f"{w.describe()}; its results are kept as far as it wrote them" for w in ledger.lost]
