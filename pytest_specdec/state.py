@@ -93,6 +93,7 @@ class SpecdecState:
         workerinput = getattr(config, "workerinput", None)
         self.worker_id: str | None = workerinput["workerid"] if workerinput else None
         self.n_workers: int = int(workerinput["workercount"]) if workerinput else 1
+        self._check_adapters(engine)
         self.results_path: Path = getopt("--specdec-results")
         self.gpu_settings = _gpu_settings(getopt)
         if getopt("--specdec-chart") is not None:
@@ -127,6 +128,8 @@ class SpecdecState:
                 "entry-point group pytest_specdec.engines, or through the "
                 "pytest_specdec_engines hook)"
             )
+        if engine in ENGINE_TABLE.load_errors():
+            raise ConfigError(ENGINE_TABLE.load_errors()[engine])
         self.registry = load_registry(files, default_engine=engine if engine != "openai" else None)
         names = split_names(getopt("--spec-config")) or ["baseline"]
         reference = getopt("--specdec-reference")
@@ -143,6 +146,18 @@ class SpecdecState:
         ]  # fmt: skip
         self.workload = load_workload(getopt("--specdec-workload") or self.suite.workload)
         return engine, names
+
+    def _check_adapters(self, engine: str) -> None:
+        """Engine adapters that failed to import: a usage error where this run uses one, a
+        warning (once, not per xdist worker) for the others."""
+        errors = ENGINE_TABLE.load_errors()
+        used = sorted({engine, *(c.engine for c in self.configs)} & errors.keys())
+        if used:
+            raise pytest.UsageError("\n".join(errors[name] for name in used))
+        if self.worker_id is None:
+            for name, error in sorted(errors.items()):
+                warning = f"{error} (this run does not use engine {name!r} and goes on)"
+                self.config.issue_config_time_warning(pytest.PytestConfigWarning(warning), 2)
 
     def _run_settings(self, getopt: Any, root: Path, engine: str, names: list[str]) -> RunSettings:
         """The flags as :class:`RunSettings`; each xdist worker writes its own results file

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from fault_server import FaultServer
@@ -66,20 +69,28 @@ def pytest_specdec_report(config, document):
 """
 
 
+def install(project: pytest.Pytester, module: str, source: str, dist_info: dict[str, str]) -> None:
+    """An adapter "installed" for the project's runs: its module and its ``*.dist-info`` in a
+    folder on the runs' PYTHONPATH."""
+    site = project.path / "site"
+    site.mkdir(exist_ok=True)
+    (site / f"{module}.py").write_text(source)
+    name = dist_info["METADATA"].split("Name: ")[1].split()[0].replace("-", "_")
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    for file, text in dist_info.items():
+        (info / file).write_text(text)
+    path = os.environ.get("PYTHONPATH", "")
+    if str(site) not in path.split(os.pathsep):
+        project._monkeypatch.setenv(
+            "PYTHONPATH", os.pathsep.join(p for p in (str(site), path) if p)
+        )
+
+
 @pytest.fixture
 def project(suite_project: pytest.Pytester) -> pytest.Pytester:
-    site = suite_project.path / "site"
-    (site / "echo_adapter.py").parent.mkdir()
-    (site / "echo_adapter.py").write_text(ADAPTER)
-    info = site / "echo_adapter-1.0.dist-info"
-    info.mkdir()
-    for name, text in DIST_INFO.items():
-        (info / name).write_text(text)
+    install(suite_project, "echo_adapter", ADAPTER, DIST_INFO)
     suite_project.makeconftest(CONFTEST)
-    path = os.environ.get("PYTHONPATH")
-    suite_project._monkeypatch.setenv(  # the run's interpreter sees the "installed" adapter
-        "PYTHONPATH", str(site) + (os.pathsep + path if path else "")
-    )
     return suite_project
 
 
@@ -122,7 +133,55 @@ def test_an_engine_registered_twice_is_a_usage_error_naming_both(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            "*engine 'echo' is registered twice: by entry point echo_adapter:EchoEngine "
-            "(echo-adapter) and by pytest plugin *conftest.py*"
+            "*engine 'echo' is registered twice: by entry point echo_adapter:EchoEngine of "
+            "distribution echo-adapter 1.0 and by pytest plugin *conftest.py*"
         ]
     )
+
+
+BROKEN = {
+    "METADATA": "Metadata-Version: 2.1\nName: calibserve\nVersion: 1.0\n",
+    "entry_points.txt": "[pytest_specdec.engines]\ncalibserve = calibserve_adapter:Engine\n",
+}
+
+
+@pytest.mark.engine
+def test_an_adapter_that_fails_to_import_is_named_and_breaks_only_its_own_runs(
+    suite_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    install(suite_project, "calibserve_adapter", "import os\nos.environ['NO_SUCH_KEY']\n", BROKEN)
+    named = ("engine adapter 'calibserve' (entry point calibserve_adapter:Engine of distribution "
+             "calibserve 1.0) failed to import: KeyError: 'NO_SUCH_KEY'; fix or uninstall "
+             "calibserve")  # fmt: skip
+    out = suite_project.path / "r.json"
+    result = suite_project.runpytest_subprocess(
+        "suites/test_throughput.py", "--specdec-engine", "llamacpp", "--spec-config", "baseline",
+        "--specdec-runs", "1", "--specdec-no-warmup", "--specdec-max-tokens", "16",
+        "--specdec-results", str(out), "-k", "haiku", "-p", "no:cacheprovider", timeout=300,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines([f"*PytestConfigWarning: {named} (this run does not use engine "
+                                 "'calibserve' and goes on)*", "*1 passed*"])  # fmt: skip
+    runs = json.loads(out.read_text())["configs"][0]["runs"]
+    assert any(r["phase"] == "measure" and r["ok"] and r["tok_per_s"] > 0 for r in runs)
+    # a run that uses it is a usage error naming it
+    used = suite_project.runpytest_subprocess(
+        "suites/test_throughput.py", "--specdec-engine", "calibserve", "--co", timeout=60
+    )
+    assert used.ret == pytest.ExitCode.USAGE_ERROR
+    assert named in used.stderr.str(), used.stderr.str()
+    # specdec doctor lists every engine, this one as not loading, and exits 0
+    env = {**os.environ, "PYTHONPATH": os.environ["PYTHONPATH"]}
+    doctor = subprocess.run([sys.executable, "-m", "pytest_specdec.cli", "doctor"],
+                            cwd=suite_project.path, env=env, capture_output=True, text=True,
+                            timeout=120, check=False)  # fmt: skip
+    assert doctor.returncode == 0, doctor.stderr
+    lines = doctor.stdout.splitlines()
+    assert any(x.startswith("no  engine calibserve ") and x.endswith(named) for x in lines)
+    assert any(line.startswith("ok  llama.cpp ") for line in lines), doctor.stdout
+    # other commands go on and warn
+    listed = subprocess.run([sys.executable, "-m", "pytest_specdec.cli", "configs", "list",
+                             "--engine", "llamacpp"], cwd=suite_project.path, env=env,
+                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert listed.returncode == 0 and "baseline" in listed.stdout, listed.stderr
+    assert f"specdec: warning: {named}" in listed.stderr

@@ -6,6 +6,7 @@ import importlib.util
 import os
 from collections.abc import Callable
 
+from pytest_specdec.core.engine_table import BUILTIN, ENGINE_TABLE, EngineLoadError
 from pytest_specdec.core.suitefile import SuiteSettings
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.gpu.nvml import fingerprints, load_nvml, probe
@@ -13,14 +14,26 @@ from pytest_specdec.gpu.nvml import fingerprints, load_nvml, probe
 Check = Callable[[], tuple[bool, str]]
 
 
+LABELS = {"llamacpp": "llama.cpp", "sglang": "SGLang", "vllm": "vLLM", "openai": "OpenAI API"}
+
+
 def _engine(name: str, suite: SuiteSettings) -> Check:
+    """An engine: does its adapter import, and is the engine itself installed. An adapter of
+    another distribution says where it came from."""
+
     def check() -> tuple[bool, str]:
-        engine = make_engine(name, suite.engine_settings(name))
+        try:
+            engine = make_engine(name, suite.engine_settings(name))
+        except EngineLoadError as exc:
+            return False, str(exc)
+        origin = "" if name in BUILTIN else f" (adapter: {ENGINE_TABLE.source(name)})"
         try:
             engine.check_installed()
         except EngineNotInstalled as exc:
-            return False, str(exc)
-        return True, engine.version() or "installed (version unknown)"
+            return False, f"{exc}{origin}"
+        if name == "openai":
+            return True, "measures a server someone else started (--specdec-server-url)"
+        return True, f"{engine.version() or 'installed (version unknown)'}{origin}"
 
     return check
 
@@ -63,9 +76,9 @@ def _module(name: str, extra: str) -> Check:
 
 def run(suite: SuiteSettings) -> int:
     checks: list[tuple[str, Check]] = [
-        ("llama.cpp", _engine("llamacpp", suite)),
-        ("SGLang", _engine("sglang", suite)),
-        ("vLLM", _engine("vllm", suite)),
+        (LABELS.get(name, f"engine {name}"), _engine(name, suite)) for name in ENGINE_TABLE.names()
+    ]
+    checks += [
         ("NVIDIA GPUs (NVML)", _gpus),
         ("Docker", _docker),
         ("charts (matplotlib)", _module("matplotlib", "plot")),

@@ -15,6 +15,7 @@ from pytest_specdec.cli.history import add_command as add_history
 from pytest_specdec.cli.results import ERRORS as RESULT_ERRORS
 from pytest_specdec.cli.results import add_commands
 from pytest_specdec.core.configs import ConfigError, Registry, load_registry
+from pytest_specdec.core.engine_table import ENGINE_TABLE, EngineTableError
 from pytest_specdec.core.suitefile import SuiteSettings, load_suite_settings
 from pytest_specdec.core.values import engine_name
 from pytest_specdec.engines import EngineNotInstalled, make_engine
@@ -97,9 +98,12 @@ def _suite() -> SuiteSettings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "doctor":  # doctor lists them itself
+        for error in ENGINE_TABLE.load_errors().values():  # an error only where it is used
+            print(f"specdec: warning: {error}", file=sys.stderr)
     try:
         return int(args.func(args))
-    except (ConfigError, *RESULT_ERRORS) as exc:
+    except (ConfigError, EngineTableError, *RESULT_ERRORS) as exc:
         print(f"specdec: error: {exc}", file=sys.stderr)
         return 2
 

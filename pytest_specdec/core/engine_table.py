@@ -9,7 +9,10 @@ engine settings (or None) it gives an object with the ``Engine`` Protocol of
 (``openai``: it measures a server someone else started) takes no spec configs of its own.
 
 The table is read lazily, once per process: the entry points are listed on first use and an
-adapter's module is imported only when that engine is asked for.
+adapter's module is imported when the engine is first asked for. An adapter whose module fails
+to import breaks nothing but itself: the failure is kept (``EngineLoadError`` names the engine,
+its distribution and the exception) and raised only where that engine is used; the rest of the
+table works, and ``load_errors`` lists every such failure for warnings and ``specdec doctor``.
 """
 
 from __future__ import annotations
@@ -29,15 +32,31 @@ class EngineTableError(ValueError):
     """An engine name is unknown, malformed or registered twice; the text names the fix."""
 
 
+class EngineLoadError(EngineTableError):
+    """An engine adapter that failed to import; the text names it, who registered it, the
+    exception, and the fix."""
+
+
 @dataclass
 class _Entry:
+    name: str
     source: str  # where it came from, for messages: "entry point ..." or "pytest plugin ..."
     load: Callable[[], Any]
+    fix: str  # what to do when it does not load
     loaded: Any = None
+    error: str | None = None  # why it did not load ("KeyError: 'x'"), once tried
 
     def factory(self) -> Any:
-        if self.loaded is None:
-            self.loaded = self.load()
+        if self.loaded is None and self.error is None:
+            try:
+                self.loaded = self.load()
+            except Exception as exc:  # an adapter's import error is the adapter's alone
+                self.error = f"{type(exc).__name__}: {exc}"
+        if self.error is not None:
+            raise EngineLoadError(
+                f"engine adapter {self.name!r} ({self.source}) failed to import: {self.error}; "
+                f"{self.fix}"
+            )
         return self.loaded
 
 
@@ -51,8 +70,10 @@ class EngineTable:
         if self._entries is None:
             self._entries = {}
             for ep in metadata.entry_points(group=GROUP):
-                dist = ep.dist.name if ep.dist is not None else "?"
-                self._put(ep.name, _Entry(f"entry point {ep.value} ({dist})", ep.load))
+                dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None else "?"
+                source = f"entry point {ep.value} of distribution {dist}"
+                fix = f"fix or uninstall {ep.dist.name if ep.dist is not None else ep.value}"
+                self._put(ep.name, _Entry(ep.name, source, ep.load, fix))
             missing = [name for name in BUILTIN if name not in self._entries]
             if missing:
                 raise EngineTableError(
@@ -80,7 +101,7 @@ class EngineTable:
     def add(self, name: str, factory: Any, source: str) -> None:
         """Register ``factory`` (an adapter class) as ``name``; ``source`` names who did."""
         self._all()
-        self._put(name, _Entry(source, lambda: factory))
+        self._put(name, _Entry(name, source, lambda: factory, f"fix {source}"))
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._all())
@@ -101,10 +122,27 @@ class EngineTable:
         """Who registered ``name`` (without importing its adapter)."""
         return self._entry(name).source
 
-    def config_engines(self) -> tuple[str, ...]:
-        """The engines spec configs can name (all but those measuring a foreign server)."""
+    def load_errors(self) -> dict[str, str]:
+        """Engine name → why its adapter failed to import (every adapter is tried)."""
+        errors = {}
+        for name in self.names():
+            try:
+                self.factory(name)
+            except EngineLoadError as exc:
+                errors[name] = str(exc)
+        return errors
+
+    def config_engines(self, loaded_only: bool = False) -> tuple[str, ...]:
+        """The engines spec configs can name: all but those measuring a foreign server. An
+        adapter that failed to import is kept in (unless ``loaded_only``), so that a config
+        naming it parses and the run that uses it is told why it cannot (``factory``
+        raises)."""
+        broken = self.load_errors()
         return tuple(
-            n for n in self.names() if getattr(self.factory(n), "speculative_configs", True)
+            n
+            for n in self.names()
+            if (n in broken and not loaded_only)
+            or (n not in broken and getattr(self.factory(n), "speculative_configs", True))
         )
 
 

@@ -51,7 +51,8 @@ class OpenAIEngine(EngineBase):
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]
     ) -> dict[str, float | None]:
-        for name in ENGINE_TABLE.config_engines():  # whichever family's counters are there
+        # whichever family's counters are there (an adapter that does not import has none)
+        for name in ENGINE_TABLE.config_engines(loaded_only=True):
             family: Engine = ENGINE_TABLE.factory(name)()
             found = family.accept_from_counters(before, after)
             if found.get("accept_length") is not None:
