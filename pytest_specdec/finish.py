@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_specdec.core.results import ConfigRecord, atomic_write_json, merge_worker_results
-from pytest_specdec.core.workers import lost_worker_lines, mark_lost_workers
+from pytest_specdec.core.workers import lost_worker_lines, mark_lost_workers, mark_split_configs
 from pytest_specdec.measure.roofline import annotate
 from pytest_specdec.report.table import terminal_summary, verdict_lines
 from pytest_specdec.state import STASH_KEY, SpecdecState
@@ -29,7 +29,7 @@ def finish_run(session: pytest.Session) -> None:
     and set the exit status when a verdict fails the run."""
     state = session.config.stash.get(STASH_KEY, None)
     if state is not None and is_xdist_controller(session.config):
-        finish_controller(session.config, state)
+        finish_controller(session, state)
         return
     if state is None or not state.used:
         return
@@ -65,9 +65,11 @@ def finish_run(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def finish_controller(config: pytest.Config, state: SpecdecState) -> None:
+def finish_controller(session: pytest.Session, state: SpecdecState) -> None:
     """The xdist controller's end: the workers' files merged into one, marked where a worker
-    was lost (its configs' errors name it; what it wrote is kept), written once."""
+    was lost (its configs' errors name it; what it wrote is kept) or where a config ran on
+    more than one worker (which fails the run), written once."""
+    config = session.config
     state.summary_lines += lost_worker_lines(state.workers)
     state.merged = merge_worker_results(state.results_path, state.started)
     if state.merged is None:  # no worker wrote a file
@@ -77,6 +79,12 @@ def finish_controller(config: pytest.Config, state: SpecdecState) -> None:
             c.name: ConfigRecord(c.name, c.engine, c.to_dict()).to_dict() for c in state.configs
         }
         mark_lost_workers(state.merged, state.workers, starts)
+    split = mark_split_configs(state.merged, state.workers)
+    if split:
+        state.summary_lines.append(
+            f"FAILED: {', '.join(split)} ran on more than one xdist worker (see above)"
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     state.merged = annotate(state.merged)  # runs of a config may come from several workers
     config.hook.pytest_specdec_results(config=config, document=state.merged)
     atomic_write_json(state.results_path, state.merged)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_specdec import options as opt
 from pytest_specdec.core.configs import ConfigError, SpecConfig
+from pytest_specdec.core.workers import GROUPS_KEY, read_groups, write_groups
 from pytest_specdec.core.workloads import Prompt
 from pytest_specdec.driver.runner import Runner, Server
 from pytest_specdec.engines import EngineNotInstalled
@@ -18,6 +22,7 @@ from pytest_specdec.engines.launch import LaunchError, kill_all, lineage
 from pytest_specdec.finish import finish_run, summary_lines
 from pytest_specdec.measure.lossless import LosslessResult
 from pytest_specdec.report.export import verdict_properties
+from pytest_specdec.scheduling import make_scheduler
 from pytest_specdec.state import STASH_KEY, SpecdecState
 from pytest_specdec.verdict.baselines import BaselineError
 from pytest_specdec.verdict.gate import failures
@@ -75,9 +80,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = metafunc.config.stash[STASH_KEY]
     if "specdec_slot" in metafunc.fixturenames:
         found = slots(state.configs, state.settings.sessions)
-        # xdist_group: under --dist loadgroup every test of a config runs on one worker.
+        # The plugin's scheduler keeps a config's tests on one worker (scheduling.py); the mark
+        # is for xdist's own loadgroup where another scheduler wins.
         params = [
-            pytest.param(s, id=s.id, marks=pytest.mark.xdist_group(s.config.name)) for s in found
+            pytest.param(s, id=s.id, marks=pytest.mark.xdist_group(state.group(s.config.name)))
+            for s in found
         ]
         metafunc.parametrize("specdec_slot", params, indirect=True, scope="session")
     if "specdec_clients" in metafunc.fixturenames:
@@ -211,6 +218,7 @@ class SpecdecPlugin:
 
     def __init__(self, state: SpecdecState) -> None:
         self.state = state
+        self.groups_dir: Path | None = None  # the xdist controller's folder of group maps
 
     def pytest_report_header(self) -> list[str]:
         """How the run resolved what it was asked for (e.g. a config only another engine
@@ -227,7 +235,7 @@ class SpecdecPlugin:
         drop: list[pytest.Item] = []
         for item in items:
             callspec = getattr(item, "callspec", None)
-            slot = callspec.params.get("specdec_slot") if callspec else None
+            slot = _slot_of(item)
             per_config = callspec is not None and "specdec_prompt" not in callspec.params
             last = not isinstance(slot, Slot) or slot.last
             (drop if per_config and not last else keep).append(item)
@@ -235,10 +243,35 @@ class SpecdecPlugin:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
 
-    # The xdist controller's account of its workers (xdist's hooks; absent without xdist).
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """An xdist worker writes each test's config group, from the test's parameters, before
+        xdist reports the collection to the controller (scheduling.py)."""
+        folder = (getattr(session.config, "workerinput", None) or {}).get(GROUPS_KEY)
+        if folder is not None and self.state.worker_id is not None:
+            groups = {
+                item.nodeid: self.state.group(slot.config.name)
+                for item in session.items
+                if isinstance(slot := _slot_of(item), Slot)
+            }
+            write_groups(Path(folder), self.state.worker_id, groups)
+
+    # The xdist controller: the scheduler, and its account of its workers (xdist's hooks).
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        return make_scheduler(config, log, self.state.workers)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        if self.groups_dir is None:
+            self.groups_dir = Path(tempfile.mkdtemp(prefix="specdec-groups-"))
+        node.workerinput[GROUPS_KEY] = str(self.groups_dir)
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        self.state.workers.collected(ids)
+        worker = _worker_id(node)
+        found = read_groups(self.groups_dir, worker) if self.groups_dir and worker else {}
+        self.state.workers.collected(ids, found)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         node = getattr(report, "node", None)  # set on the controller's copy of a worker report
@@ -267,6 +300,14 @@ class SpecdecPlugin:
         kill_all()
         if self.state.used:
             self.state.runner.close()
+        if self.groups_dir is not None:
+            shutil.rmtree(self.groups_dir, ignore_errors=True)
+
+
+def _slot_of(item: pytest.Item) -> object:
+    """The ``specdec_slot`` parameter of a test (None for a test that has none)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("specdec_slot") if callspec else None
 
 
 def _worker_id(node: Any) -> str | None:

@@ -256,6 +256,11 @@ class SpecdecState:
     def used(self) -> bool:
         return self._runner is not None
 
+    def group(self, config_name: str) -> str:
+        """The config group that one xdist worker runs whole: the config, or, under
+        --specdec-reference, every config with the reference (judged in one process)."""
+        return self.settings.reference or config_name
+
 
 def _check_charts() -> None:
     """``--specdec-chart`` without matplotlib is refused before anything is measured."""

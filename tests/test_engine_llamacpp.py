@@ -7,6 +7,7 @@ short outputs so that the tier stays modest on two cores.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -201,33 +202,44 @@ def _health(port: int) -> bool:
         return False
 
 
+WORKER_LINE = re.compile(r"\[(gw\d+)\].* (PASSED|FAILED|SKIPPED|ERROR) \S+::(test_\w+)\[([^\]]+)\]")
+
+
+@pytest.mark.parametrize("dist", [(), ("--dist", "loadgroup")], ids=["plain", "loadgroup"])
 def test_xdist_workers_each_own_a_config(
-    suite_project: pytest.Pytester, models: dict[str, Path]
+    two_prompt_project: pytest.Pytester, models: dict[str, Path], dist: tuple[str, ...]
 ) -> None:
-    out = suite_project.path / "r.json"
-    result = suite_project.runpytest_subprocess(
-        "suites/test_throughput.py",
-        "-n",
-        "2",
-        "--dist",
-        "loadgroup",
-        "--spec-config",
-        "baseline,ngram",
-        "--specdec-runs",
-        "1",
-        "--specdec-no-warmup",
-        "--specdec-results",
-        str(out),
-        "-k",
-        "haiku or verdict",
-        *FAST,
-    )
+    """Plain -n 2 and -n 2 --dist loadgroup: each config booted on exactly one worker, on its
+    own cores, and both verdicts judged there (against baselines the first run stores; one
+    stored session makes them provisional, reported without gating: the test reads where they
+    ran, not what they said)."""
+    out = two_prompt_project.path / "r.json"
+    args = ("suites/test_throughput.py", "-n", "2", *dist, "--spec-config", "baseline,ngram",
+            "--specdec-workload", "two.jsonl", "--specdec-runs", "2", "--specdec-no-warmup",
+            "--specdec-results", str(out), "--specdec-baseline-dir", "bl",
+            "--specdec-provisional", "report", "-v", *FAST)  # fmt: skip
+    first = two_prompt_project.runpytest_subprocess(*args, "--specdec-update-baselines")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    result = two_prompt_project.runpytest_subprocess(*args)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    ran: dict[str, set[str]] = {}  # config -> the workers its tests ran on
+    for worker, outcome, test, params in WORKER_LINE.findall(result.stdout.str()):
+        config = params.split("-")[0] if test == "test_throughput" else params
+        ran.setdefault(config, set()).add(worker)
+        assert outcome == "PASSED", (test, params, outcome)  # verdicts judged, not skipped
+    assert sorted(ran) == ["baseline", "ngram"] and all(len(w) == 1 for w in ran.values()), ran
+    assert ran["baseline"] != ran["ngram"], ran
     data = _results(out)
     assert sorted(c["name"] for c in data["configs"]) == ["baseline", "ngram"]
     assert sorted(data["workers"]) == ["r.gw0.json", "r.gw1.json"]
+    for worker in ("gw0", "gw1"):  # each worker's own file holds its one config
+        (config,) = _results(out.with_name(f"r.{worker}.json"))["configs"]
+        assert ran[config["name"]] == {worker}
+        assert "workers" not in config.get("extra", {})
+    assert sorted(v["config"] for v in data["verdicts"]) == ["baseline", "ngram"]
+    assert all(v["outcome"] for v in data["verdicts"])
     runs = {c["name"]: [r for r in c["runs"] if r["phase"] == "measure"] for c in data["configs"]}
-    assert sorted(runs) == ["baseline", "ngram"] and all(len(r) >= 1 for r in runs.values())
+    assert all(len(r) == 4 for r in runs.values()), runs
     # a CPU host's cores are split between the two workers: each engine on its own share
     shares = [cpu_list(c["extra"]["engine_cpus"]) for c in data["configs"]]
     assert not set(shares[0]) & set(shares[1]) and len(shares[0]) == len(shares[1]) >= 1
@@ -236,6 +248,29 @@ def test_xdist_workers_each_own_a_config(
     assert data["gpu"] is None and all(r["gpu"] is None for c in data["configs"] for r in c["runs"])
     assert any(n.startswith("no GPU telemetry") for n in data["notes"])
     assert engines_started_here(str(models["target"])) == []
+
+
+def test_a_config_run_on_two_workers_fails_the_run(
+    two_prompt_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    """--dist each runs every test on every worker: the config's engine is booted twice and
+    no process sees all its runs. The controller names it and fails the run."""
+    out = two_prompt_project.path / "r.json"
+    result = two_prompt_project.runpytest_subprocess(
+        "suites/test_throughput.py", "-n", "2", "--dist", "each", "--spec-config", "baseline",
+        "--specdec-workload", "two.jsonl", "--specdec-runs", "1", "--specdec-no-warmup",
+        "--specdec-results", str(out), "-k", "count", *FAST,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "baseline: ERROR split: its tests ran on xdist workers gw0, gw1*",
+            "FAILED: baseline ran on more than one xdist worker*",
+        ]
+    )
+    (config,) = _results(out)["configs"]
+    assert config["extra"]["workers"] == ["gw0", "gw1"] and config["error"].startswith("split:")
+    assert len([r for r in config["runs"] if r["phase"] == "measure"]) == 2  # both kept
 
 
 SYNTHETIC = """

@@ -31,7 +31,6 @@ import pytest
 from fault_server import parent_pid
 
 from pytest_specdec.core.results import load_results
-from pytest_specdec.core.workers import group_of
 from pytest_specdec.gpu.nvml import fingerprints
 
 pytestmark = pytest.mark.gpu
@@ -178,7 +177,7 @@ def test_a_killed_worker_leaves_no_engine_on_any_gpu(
     doc = load_results(tmp_path / "r.json")
     [lost] = doc["lost_workers"]
     records = {c["name"]: c for c in doc["configs"]}
-    assert records[group_of(lost["running"])]["error"].startswith("incomplete: xdist worker")
-    for name in {"baseline", "ngram"} - {group_of(lost["running"])}:
+    assert records[lost["config"]]["error"].startswith("incomplete: xdist worker")
+    for name in {"baseline", "ngram"} - {lost["config"]}:
         if n > 1:  # the other worker's config is whole
             assert records[name].get("error") is None and records[name]["runs"]

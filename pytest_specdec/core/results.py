@@ -235,7 +235,10 @@ def merge_worker_results(path: Path, since: float) -> dict[str, Any] | None:
     docs = [load_results(p) for p in parts]
     merged = dict(docs[0])
     merged["options"] = {**merged.get("options", {}), "results_path": str(path)}
-    merged["configs"] = _merge_configs([c for d in docs for c in d["configs"]])
+    workers = [p.name.removeprefix(f"{path.stem}.").removesuffix(path.suffix) for p in parts]
+    merged["configs"] = _merge_configs(
+        [(w, c) for w, d in zip(workers, docs, strict=True) for c in d["configs"]]
+    )
     merged["verdicts"] = [v for d in docs for v in d.get("verdicts", [])]
     merged["notes"] = sorted({n for d in docs for n in d.get("notes", [])})
     merged["workers"] = {p.name: {"gpu": d.get("gpu")} for p, d in zip(parts, docs, strict=True)}
@@ -244,14 +247,19 @@ def merge_worker_results(path: Path, since: float) -> dict[str, Any] | None:
     return merged
 
 
-def _merge_configs(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per config name: runs of a config that ran on several workers are joined."""
+def _merge_configs(configs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One record per config name from (worker, record) pairs. A config found in several
+    workers' files has its runs joined and those workers listed in ``extra.workers``."""
     out: dict[str, dict[str, Any]] = {}
-    for cfg in configs:
+    seen: dict[str, list[str]] = {}
+    for worker, cfg in configs:
+        seen.setdefault(cfg["name"], []).append(worker)
         if cfg["name"] not in out:
             out[cfg["name"]] = dict(cfg)
-            continue
-        kept = out[cfg["name"]]
-        kept["runs"] = [*kept["runs"], *cfg["runs"]]
-        kept.setdefault("extra", {})["workers"] = kept.get("extra", {}).get("workers", 1) + 1
+        else:
+            kept = out[cfg["name"]]
+            kept["runs"] = [*kept["runs"], *cfg["runs"]]
+    for name, workers in seen.items():
+        if len(workers) > 1:
+            out[name]["extra"] = {**out[name].get("extra", {}), "workers": workers}
     return list(out.values())
