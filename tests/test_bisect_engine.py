@@ -86,13 +86,17 @@ def test_a_real_bisect_names_the_slow_build_and_resumes(
 def test_a_real_bisect_without_a_slow_build_says_none(
     tmp_path: Path, llama_server: Path, models: dict[str, Path]
 ) -> None:
-    """Saying "none" needs the two endpoints, the same binary, to read alike within the smallest
-    change that matters. Beside a busy process the session means scatter by about 10% (a bad
-    endpoint at 0.957x had a 99% CI of 0.790-1.159 after 6 sessions a side), so this run asks
-    for changes of 30% or more and allows 8 sessions a side; the slow build is 0.15x."""
+    """With the same binary at every position no build may be named. Saying "none" outright
+    needs the two endpoints to read alike within the smallest change that matters; beside a
+    busy process the session means scatter by about 10% (a bad endpoint at 0.957x had a 99% CI
+    of 0.790-1.159 after 6 sessions a side), so this run asks for changes of 30% or more and
+    allows 8 sessions a side, and "undecided" (exit 3, the sessions spent named) is the one
+    other answer allowed: which of the two a real run gives depends on the machine's load, not
+    on the bisect. Its "none" rule is checked in tests/test_bisect.py on simulated series."""
     candidates = wrappers(tmp_path, llama_server, models["draft"], None)
     cmd = command(tmp_path, candidates, min_delta=0.3, max_sessions=8)
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert done.returncode in (0, 3), done.stderr[-3000:] + done.stdout[-3000:]
     result = json.loads(done.stdout)
-    assert result["status"] == "none" and result["first_bad"] is None, result["reason"]
+    assert result["first_bad"] is None, result["reason"]
+    assert result["status"] == ("none" if done.returncode == 0 else "undecided"), result

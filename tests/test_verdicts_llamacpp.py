@@ -1,9 +1,11 @@
 """Verdicts and baselines end to end on the real CPU engine.
 
-Between-session noise on a shared 2-core machine reaches 10-25%, so these runs use
---specdec-min-delta 0.3: a change must exceed 30% to count. The deliberately slower setting
-(16-token drafts from a draft model as costly as the target, on one thread instead of two) is
-far beyond that, also while other work shares the machine.
+Between-session noise on a shared 2-core machine reaches 10-25% (and 1.5x when another process
+comes or goes between two runs), so these runs use --specdec-min-delta 0.3, and a rerun with
+nothing changed is judged with its provisional verdict reported, not gating: what a rerun
+reads is for the simulations of tests/test_calibration.py to decide, not for two real runs to
+agree on. The deliberately slower setting (16-token drafts from a draft model as costly as the
+target, on an engine held to a quarter of the wall clock) is far beyond 30% on any machine.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests_support import Throttle
 
 from pytest_specdec.engines.launch import free_port, start_process, stop_process, wait_ready
 
@@ -43,20 +46,22 @@ def test_update_judge_and_regress(project: pytest.Pytester) -> None:
     files = list((project.path / "bl").rglob("*.json"))
     assert len(files) == 1 and len(json.loads(files[0].read_text())["sessions"]) == 2
 
-    judged = _run(project)
+    judged = _run(project, "--specdec-provisional", "report")
     assert judged.ret == pytest.ExitCode.OK, judged.stdout.str()
-    judged.stdout.fnmatch_lines(["*verdicts (suite score*", "baseline: *MDE*"])
-    assert "UNCHANGED" in judged.stdout.str() or "INCONCLUSIVE" in judged.stdout.str()
+    judged.stdout.fnmatch_lines(
+        ["*verdicts (suite score*", "baseline: * (provisional): *x (90% CI *MDE*"]
+    )
 
     # Deliberately slower: the same name, now drafting 16 tokens with the Q4_0 draft, which on
-    # a CPU costs as much as the target, and on one thread (the last -t wins): 3-6x slower than
-    # plain decoding, so that a busy machine (another suite beside this one) cannot hide it.
+    # a CPU costs as much as the target, on an engine that gets a quarter of the wall clock:
+    # several times slower than plain decoding on any machine, busy or not.
     slower = project.makefile(
         ".toml",
         slower='[configs.baseline]\nengine = "llamacpp"\ndraft = "draft"\n'
-        'args = ["--spec-type", "draft-simple", "--spec-draft-n-max", "16", "-t", "1"]\n',
+        'args = ["--spec-type", "draft-simple", "--spec-draft-n-max", "16"]\n',
     )
-    regressed = _run(project, "--specdec-config-file", str(slower), "--specdec-allow-mismatch")
+    with Throttle("--metrics"):
+        regressed = _run(project, "--specdec-config-file", str(slower), "--specdec-allow-mismatch")
     assert regressed.ret == pytest.ExitCode.TESTS_FAILED, regressed.stdout.str()
     assert regressed.parseoutcomes()["failed"] == 1  # the verdict; the throughput tests pass
     regressed.stdout.fnmatch_lines(
@@ -97,7 +102,7 @@ def test_external_server_is_baselined_and_judged(
         url = ("--specdec-server-url", f"http://127.0.0.1:{port}", "--spec-config", "their-build")
         for _ in range(2):
             assert _run(project, *url, "--specdec-update-baselines").ret == pytest.ExitCode.OK
-        judged = _run(project, *url)
+        judged = _run(project, *url, "--specdec-provisional", "report")
         assert judged.ret == pytest.ExitCode.OK, judged.stdout.str()
         judged.stdout.fnmatch_lines(["*their-build*baseline (2 sessions)*"])
     finally:

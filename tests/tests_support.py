@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+import signal
+import threading
+import time
+from collections.abc import Iterable, Sequence
 
 import pytest
 
 from pytest_specdec.core.modelfile import cache_root
+from pytest_specdec.engines.launch import engines_started_here
 from pytest_specdec.verdict.stats import (
     DEFAULT_POLICY,
     SessionSummary,
@@ -33,3 +38,45 @@ def against_history(
     """One new session's runs (tok/s) against K past session summaries: the verdict engine's
     history test with one new session (``against_history_sessions``)."""
     return against_history_sessions([SessionSummary.from_values(new)], history, policy)
+
+
+class Throttle:
+    """A slowdown of known size on any machine: while the block runs, every engine that this
+    process's runs start (found by ``engines_started_here``, whose command line holds
+    ``needle``) is stopped (SIGSTOP) for ``1 - share`` of each ``period_s`` and let run
+    (SIGCONT) for the rest. An engine then gets at most ``share`` of the wall clock, however
+    fast the CPU is and whatever else runs beside it: the same kernels, the same drafts, the
+    same accept lengths, fewer verify steps per second. Every engine is let run on exit."""
+
+    def __init__(self, needle: str, share: float = 0.25, period_s: float = 0.04) -> None:
+        self.needle, self.run_s = needle, share * period_s
+        self.stop_s = period_s - self.run_s
+        self.stopped: set[int] = set()  # every engine this throttle has stopped at least once
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> Throttle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(10)
+        self._signal(self.stopped, signal.SIGCONT)
+
+    def _signal(self, pids: Iterable[int], sig: signal.Signals) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def _loop(self) -> None:
+        pids: list[int] = []
+        while not self._done.is_set():
+            self._signal(pids, signal.SIGSTOP)  # the look-up below runs while they are stopped
+            started = time.monotonic()
+            pids = engines_started_here(self.needle)
+            self._signal(pids, signal.SIGSTOP)
+            self.stopped.update(pids)
+            time.sleep(max(0.0, self.stop_s - (time.monotonic() - started)))
+            self._signal(pids, signal.SIGCONT)
+            time.sleep(self.run_s)
