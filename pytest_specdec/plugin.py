@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import signal
 import tempfile
+import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,8 +55,11 @@ def pytest_configure(config: pytest.Config) -> None:
     state = SpecdecState(config)
     config.stash[STASH_KEY] = state
     config.pluginmanager.register(SpecdecPlugin(state), "specdec-run")
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         # SIGTERM unwinds like Ctrl-C: fixtures tear down, engines stop, results are written.
+        # (Only the main thread may set a handler: pytest-xdist before 3.6 runs its workers'
+        # pytest in another thread, where the controller's own handling stands for them.)
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
 
 

