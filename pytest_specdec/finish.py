@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from pytest_specdec.core.results import ConfigRecord, atomic_write_json, merge_worker_results
 from pytest_specdec.core.workers import lost_worker_lines, mark_lost_workers, mark_split_configs
 from pytest_specdec.measure.roofline import annotate
+from pytest_specdec.report.summary import cost_line
 from pytest_specdec.report.table import terminal_summary, verdict_lines
 from pytest_specdec.state import STASH_KEY, SpecdecState
 from pytest_specdec.verdict.baselines import BaselineError
@@ -127,6 +129,7 @@ def summary_lines(config: pytest.Config) -> list[str]:
         records = {c["name"]: ConfigRecord.from_dict(c) for c in doc["configs"]}
         prompts = list(doc["workload"]["prompts"])
         lines = terminal_summary(records, prompts, str(state.results_path), rooflines(doc))
+        lines += reference_costs(ConfigRecord.from_dict(r) for r in doc.get("references", []))
         verdicts = [f"{v['config']}: {v['message']}" for v in doc["verdicts"]]
         return lines + verdicts + state.summary_lines
     if not state.used:  # e.g. a controller none of whose workers wrote results
@@ -136,11 +139,17 @@ def summary_lines(config: pytest.Config) -> list[str]:
     path = str(runner.settings.results_path) if runner.settings.results_path else None
     doc = state.final if state.final is not None else runner.document()
     lines = terminal_summary(runner.records, prompts, path, rooflines(doc))
+    lines += reference_costs(runner.reference_records)
     lines += [f"note: {n}" for n in runner.notes] + state.summary_lines
     if runner.lossless_lines:
         lines += ["lossless (greedy output vs the target without speculation):"]
         lines += runner.lossless_lines
     return lines
+
+
+def reference_costs(records: Iterable[ConfigRecord]) -> list[str]:
+    """What booting each lossless reference (the target without speculation) cost."""
+    return [line for r in records if (line := cost_line(r)) is not None]
 
 
 def rooflines(doc: dict[str, Any]) -> dict[str, Any]:

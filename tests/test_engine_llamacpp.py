@@ -71,6 +71,17 @@ def test_baseline_end_to_end(suite_project: pytest.Pytester, models: dict[str, P
     assert cfg["models"]["target"]["sha256"] and data["gpu"] is None
     assert len(list((suite_project.path / "logs").glob("*.log"))) == 1  # booted once
     assert engines_started_here(str(models["target"])) == []
+    # what the session held the machine for, by part, adds up to its whole span
+    (cost,) = cfg["extra"]["cost"]
+    assert cost["start_s"] == cfg["boot_s"] and cost["warmup_s"] == cfg["warmup_s"]
+    assert cost["generation_s"] == pytest.approx(sum(r["wall_s"] for r in measured))
+    assert cost["cooldown_s"] is None  # no GPU: no cooldown gate ran, and none is claimed
+    parts = ("start_s", "warmup_s", "generation_s", "other_s", "stop_s")
+    assert all(cost[k] >= 0 for k in parts) and cost["lint_s"] is None  # llama.cpp: no lint
+    assert sum(cost[k] for k in parts) == pytest.approx(cost["total_s"])
+    result.stdout.fnmatch_lines(["baseline: machine time * min over 1 server session (boot *"
+                                 " s, warmup * s, measured requests * s, other measuring * s,"
+                                 " stop * s)"])  # fmt: skip
 
 
 def test_draft_config_reports_acceptance(
@@ -308,6 +319,9 @@ def test_lossless_identical_and_divergent(
     assert haiku["outcome"] == "diverged" and haiku["unit"] == "token" and haiku["position"] < 32
     assert haiku["reference_text"] and haiku["output_text"]  # detokenized context
     assert [r["name"] for r in data["references"]] == ["reference-llamacpp"]
+    (cost,) = data["references"][0]["extra"]["cost"]  # booting the reference costs time too
+    assert cost["total_s"] >= cost["start_s"] > 0
+    result.stdout.fnmatch_lines(["reference-llamacpp: machine time * min over 1 server session*"])
     assert engines_started_here(str(models["target"])) == []
 
 

@@ -60,6 +60,10 @@ class Server:
     warmed: bool = False
     session: int = 1
     telemetry: list[RunTelemetry] = field(default_factory=list)
+    # What this server session held the machine for, in seconds, by part (docs/statistics.md,
+    # "GPU time per verdict"); ``record.extra["cost"]`` lists it per session.
+    cost: dict[str, float | None] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
 
 
 def resolve_configs(
@@ -155,6 +159,8 @@ class Booter:
     def launch(self, cfg: SpecConfig, engine: Engine, record: ConfigRecord) -> Server:
         """Start ``engine`` with ``cfg`` on a free port and wait until it is ready; the
         command, environment, models and boot time go on ``record``."""
+        started = time.perf_counter()
+        cost: dict[str, float | None] = {"cooldown_s": None, "lint_s": None}
         docker = self.settings.docker
         if docker is None:
             engine.check_installed()
@@ -164,9 +170,11 @@ class Booter:
             record.models["draft"] = model_identity(draft)
         record.engine_version = engine.version() if docker is None else f"image {docker.image}"
         if self.gpu is not None:
+            mark = time.perf_counter()
             waited = self.gpu.before_config()
             if waited is not None:
                 record.extra.setdefault("cooldown", []).append(waited)
+                cost["cooldown_s"] = time.perf_counter() - mark
         record.extra["engine_args"] = list(engine.settings.extra_args)
         if self.settings.cpus is not None and docker is None:
             record.extra["engine_cpus"] = describe(self.settings.cpus)
@@ -188,7 +196,9 @@ class Booter:
                     k: v for k, v in inherited.items() if k not in spec.env
                 }
             if attempt == 0 and self.settings.lint and engine.name != "llamacpp":
+                mark = time.perf_counter()
                 self.lint_or_raise(cfg, engine, spec, record)
+                cost["lint_s"] = time.perf_counter() - mark
             log_path = self.settings.log_dir / f"{cfg.engine}-{cfg.name}-{port}.log"
             record.log_path = str(log_path)
             base_url = f"http://{self.settings.host}:{port}"
@@ -210,6 +220,8 @@ class Booter:
                 hint = lint_hint(engine, spec)
                 raise LaunchError(redact(str(exc) + hint, spec.secrets)) from None
             record.server_url = base_url
+            server.started, server.cost = started, {**cost, "start_s": record.boot_s}
+            record.extra.setdefault("cost", []).append(server.cost)
             return server
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -110,8 +110,10 @@ class Steps:
     def stop(self, server: Server) -> None:
         self.booter.close_client(server)
         if server.process is not None:
+            mark = time.perf_counter()
             code = server.process.stop()
             server.record.extra["exit_code"] = code
+            settle_cost(server, time.perf_counter() - mark)
         self.write_results()
 
     # --- measure ----------------------------------------------------------------------------
@@ -203,7 +205,7 @@ class Steps:
         """One full-length request per prompt before anything is measured."""
         start = time.perf_counter()
         out = [self.run_once(server, p, 0, "warmup") for p in self.workload.prompts]
-        server.record.warmup_s = time.perf_counter() - start
+        server.record.warmup_s = server.cost["warmup_s"] = time.perf_counter() - start
         server.warmed = True
         return out
 
@@ -268,3 +270,19 @@ class Steps:
         self.booter.close()
         if self.gpu_monitor is not None:
             self.gpu_monitor.close()
+
+
+def settle_cost(server: Server, stop_s: float) -> None:
+    """A stopped server session's cost: its whole span (from the cooldown before its boot to
+    the end of its stop), the stop itself, the measured requests' own wall time, and the rest
+    of the measuring (requests' set-up, counters, telemetry, lossless checks, writes)."""
+    cost = server.cost
+    total = time.perf_counter() - server.started
+    generation = sum(
+        r.wall_s or 0.0
+        for r in server.record.runs
+        if r.session == server.session and r.phase == "measure"
+    )
+    cost.update(stop_s=stop_s, total_s=total, generation_s=generation)
+    parts = ("cooldown_s", "lint_s", "start_s", "warmup_s", "stop_s", "generation_s")
+    cost["other_s"] = total - sum(cost.get(k) or 0.0 for k in parts)

@@ -76,3 +76,33 @@ def suite_geomean(cells: dict[str, CellSummary]) -> float | None:
 def unmeasured_label(rec: ConfigRecord) -> str:
     """What a config with an error and nothing measured reads as in a throughput table."""
     return "WORKER LOST" if rec.extra.get("lost_worker") else "BOOT FAILED"
+
+
+COST_PARTS = (
+    ("start_s", "boot"),
+    ("lint_s", "lint"),
+    ("warmup_s", "warmup"),
+    ("generation_s", "measured requests"),
+    ("other_s", "other measuring"),
+    ("cooldown_s", "cooldown"),
+    ("stop_s", "stop"),
+)
+
+
+def cost_line(rec: ConfigRecord) -> str | None:
+    """What a config's server sessions held the machine for (``extra.cost``, one entry per
+    session), summed, with its parts: the GPU time its verdict cost."""
+    sessions = [c for c in rec.extra.get("cost", []) if c.get("total_s") is not None]
+    if not sessions:
+        return None
+    total = sum(float(c["total_s"]) for c in sessions)
+    parts = []
+    for key, label in COST_PARTS:
+        values = [c[key] for c in sessions if c.get(key) is not None]
+        if values:
+            parts.append(f"{label} {sum(values):.1f} s")
+    plural = "s" if len(sessions) > 1 else ""
+    return (
+        f"{rec.name}: machine time {total / 60:.2f} min over {len(sessions)} server "
+        f"session{plural} ({', '.join(parts)})"
+    )

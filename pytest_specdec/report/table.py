@@ -12,6 +12,7 @@ from pytest_specdec.measure.roofline import describe as roofline_cell
 from pytest_specdec.report.summary import (
     CellSummary,
     config_cells,
+    cost_line,
     suite_geomean,
     unmeasured_label,
 )
@@ -122,6 +123,9 @@ def terminal_summary(
         if rec.log_path:
             line += f", log {rec.log_path}"
         out.append(line)
+        cost = cost_line(rec)
+        if cost is not None:
+            out.append(cost)
         if rec.error:
             out.append(f"{rec.name}: ERROR {rec.error.splitlines()[0]}")
     if results_path:
