@@ -19,8 +19,10 @@ from pytest_specdec.engines.lint import (
     Finding,
     LintUnavailable,
     closest,
+    errors,
     flags_in_help,
     lint_by_help,
+    sglang_advice,
     unknown_flags,
 )
 
@@ -115,10 +117,46 @@ def _sglang_spec(cfg_name: str, python: str, extra: tuple[str, ...] = ()) -> tup
 UPSTREAM = ["baseline", "dflash-b16", "eagle3", "ngram", "standalone-d4", "standalone-d16"]
 
 
+DRAFT_EXTEND_EAGER = {"eagle3", "standalone-d4", "standalone-d16"}  # fa3 by default
+
+
 @pytest.mark.parametrize("name", UPSTREAM)
 def test_upstream_presets_parse_with_sglangs_own_parser(sglang_python: str, name: str) -> None:
     engine, spec = _sglang_spec(name, sglang_python, ("--mem-fraction-static", "0.8"))
-    assert engine.lint(spec) == []  # type: ignore[attr-defined]
+    found = engine.lint(spec)  # type: ignore[attr-defined]
+    assert errors(found) == []
+    # without --speculative-draft-attention-backend, an EAGLE-family config is warned about
+    assert [f.flag for f in found] == (
+        ["--speculative-draft-attention-backend"] if name in DRAFT_EXTEND_EAGER else []
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "warned"),
+    [
+        (["--speculative-algorithm", "STANDALONE"], "not set (SGLang 0.5.17 picks fa3"),
+        (["--speculative-algorithm=eagle3", "--speculative-draft-attention-backend", "fa3"],
+         "set to fa3: the EAGLE3 draft-extend step then runs without a CUDA graph"),
+        (["--speculative-algorithm", "EAGLE", "--attention-backend", "fa3"], "set to fa3"),
+        (["--speculative-algorithm", "STANDALONE", "--attention-backend", "triton"], None),
+        (["--speculative-algorithm", "STANDALONE", "--attention-backend", "fa3",
+          "--speculative-draft-attention-backend=triton"], None),
+        (["--speculative-algorithm", "NGRAM"], None),
+        (["--speculative-algorithm", "DFLASH"], None),
+        ([], None),
+    ],
+)  # fmt: skip
+def test_a_draft_extend_without_a_cuda_graph_is_warned_about(
+    args: list[str], warned: str | None
+) -> None:
+    found = sglang_advice(args)
+    if warned is None:
+        assert found == []
+        return
+    (finding,) = found
+    assert finding.warning and warned in finding.problem
+    assert str(finding).startswith("warning: --speculative-draft-attention-backend: ")
+    assert finding.problem.endswith("add --speculative-draft-attention-backend triton")
 
 
 @pytest.mark.parametrize("name", ["ddtree-b15", "ddtree-b16"])
@@ -176,7 +214,7 @@ def test_sglang_reads_the_key_file_the_adapter_writes(sglang_python: str, tmp_pa
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == key
-    assert engine.lint(spec) == []  # type: ignore[attr-defined]
+    assert errors(engine.lint(spec)) == []  # type: ignore[attr-defined]
 
 
 def test_the_gpu_suite_file_settings_parse(sglang_python: str) -> None:
@@ -188,7 +226,7 @@ def test_the_gpu_suite_file_settings_parse(sglang_python: str) -> None:
     extra = settings.engine_settings("sglang").extra_args
     for name in UPSTREAM:
         engine, spec = _sglang_spec(name, sglang_python, extra)
-        assert engine.lint(spec) == [], name  # type: ignore[attr-defined]
+        assert engine.lint(spec) == [], name  # type: ignore[attr-defined]  # no warning either
 
 
 def test_ddtree_on_a_runner_with_sglang_names_what_is_missing(
@@ -207,3 +245,20 @@ def test_ddtree_on_a_runner_with_sglang_names_what_is_missing(
         f"sglang {SGLANG_VERSION} does not have*--speculative-algorithm DDTREE: not an "
         "algorithm of the installed SGLang*",
     ])  # fmt: skip
+
+
+def test_configs_lint_warns_and_passes_a_config_without_the_draft_backend(
+    sglang_python: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`specdec configs lint standalone-d16 --engine sglang` with the CPU suite file (no
+    draft attention backend): every flag is valid, so exit 0, with the warning printed."""
+    from pytest_specdec.cli.main import main
+
+    monkeypatch.setenv("SPECDEC_SGLANG_PYTHON", sglang_python)
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    assert main(["configs", "lint", "standalone-d16", "--engine", "sglang"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(
+        "sglang:standalone-d16: warning: --speculative-draft-attention-backend: not set"
+    )
+    assert out[-1].startswith("sglang:standalone-d16: ok (sglang 0.5.17 accepts every flag)")

@@ -20,7 +20,7 @@ from pytest_specdec.core.suitefile import SuiteSettings, load_suite_settings
 from pytest_specdec.core.values import engine_name
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.engines.base import BootContext
-from pytest_specdec.engines.lint import LintUnavailable
+from pytest_specdec.engines.lint import LintUnavailable, errors
 
 DEFAULT_SUITE = Path("suites/specdec.toml")
 
@@ -58,11 +58,12 @@ def cmd_configs_lint(args: argparse.Namespace) -> int:
         print(
             f"{cfg.qualified_name}: {finding} (checked against {engine.version() or engine.name})"
         )
-    if findings and cfg.interface != "upstream":
+    wrong = errors(findings)
+    if wrong and cfg.interface != "upstream":
         print(f"{cfg.qualified_name}: note: this config assumes interface {cfg.interface}")
-    if not findings:
+    if not wrong:
         print(f"{cfg.qualified_name}: ok ({engine.version() or engine.name} accepts every flag)")
-    return 1 if findings else 0
+    return 1 if wrong else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

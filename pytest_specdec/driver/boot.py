@@ -34,7 +34,7 @@ from pytest_specdec.engines.launch import (
     start_process,
     wait_ready,
 )
-from pytest_specdec.engines.lint import LintUnavailable
+from pytest_specdec.engines.lint import LintUnavailable, errors
 from pytest_specdec.gpu.monitor import GpuMonitor
 from pytest_specdec.gpu.telemetry import RunTelemetry
 from pytest_specdec.measure.client import ClientSettings, LoopThread
@@ -252,9 +252,9 @@ class Booter:
             record.extra["lint"] = f"not checked: {exc}"
             return
         record.extra["lint"] = [str(f) for f in findings]
-        if not findings:
+        if not errors(findings):  # warnings are recorded, never a reason not to boot
             return
-        listed = "; ".join(str(f) for f in findings)
+        listed = "; ".join(str(f) for f in errors(findings))
         installed = record.engine_version or engine.name
         if cfg.interface != "upstream":
             raise ConfigError(

@@ -101,6 +101,11 @@ class Steps:
             self.write_results()
             raise
         server.session = session
+        lint = record.extra.get("lint")
+        for line in lint if isinstance(lint, list) else []:  # a config that measures badly
+            note = f"{cfg.name}: lint {line}"
+            if line.startswith("warning: ") and note not in self.notes:
+                self.notes.append(note)
         record.extra.setdefault("sessions", []).append(
             {"session": session, "server_url": server.base_url, "log_path": record.log_path,
              "boot_s": record.boot_s, "started_at": utc_now()}

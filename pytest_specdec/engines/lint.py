@@ -4,7 +4,9 @@
   has SGLang; algorithm names are checked separately, since the parser accepts any string.
 * llama.cpp and vLLM: the flags their ``--help`` lists.
 
-Every unknown flag is named with the closest valid one.
+Every unknown flag is named with the closest valid one. Besides the flags' validity, a config
+known to measure badly gets a *warning* (``Finding.warning``), which never blocks a boot:
+``sglang_advice``.
 """
 
 from __future__ import annotations
@@ -50,10 +52,60 @@ class Finding:
     flag: str
     problem: str
     suggestion: str | None = None
+    warning: bool = False  # the engine accepts it, but the measurement suffers
 
     def __str__(self) -> str:
         hint = f"; did you mean {self.suggestion}?" if self.suggestion else ""
-        return f"{self.flag}: {self.problem}{hint}"
+        return f"{'warning: ' if self.warning else ''}{self.flag}: {self.problem}{hint}"
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings that make a command line wrong (warnings left out)."""
+    return [f for f in findings if not f.warning]
+
+
+# SGLang speculative algorithms whose draft model is extended by EAGLEWorkerV2's draft-extend
+# step, and the attention backends under which SGLang 0.5.17 captures that step in a CUDA graph
+# (eagle_worker_v2.py: graph_supported_backend_types); fa3, its default on Hopper, is not one.
+EAGLE_FAMILY = {"STANDALONE", "EAGLE", "EAGLE3", "NEXTN"}
+DRAFT_EXTEND_GRAPH_BACKENDS = {"triton", "flashinfer", "trtllm_mha", "trtllm_mla", "flashmla"}
+DRAFT_BACKEND_FLAG = "--speculative-draft-attention-backend"
+
+
+def _value(argv: Sequence[str], flag: str) -> str | None:
+    """The last value given to ``flag`` (``--flag v`` or ``--flag=v``)."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def sglang_advice(argv: Sequence[str]) -> list[Finding]:
+    """Warnings for SGLang command lines that measure badly (docs/statistics.md, "SGLang:
+    where boot-to-boot noise came from"). An EAGLE-family algorithm (STANDALONE, EAGLE,
+    EAGLE3) whose draft attention backend is fa3 runs its draft-extend step eagerly, outside a
+    CUDA graph; on an H200 that step took 3 to 12 ms per verify step depending on where the
+    prompt's KV landed, so decode speed moved 5-16% between placements and boots."""
+    algorithm = (_algorithm(argv) or "").upper()
+    if algorithm not in EAGLE_FAMILY:
+        return []
+    draft = _value(argv, DRAFT_BACKEND_FLAG) or _value(argv, "--attention-backend")
+    if draft is not None and draft in DRAFT_EXTEND_GRAPH_BACKENDS:
+        return []
+    chosen = f"set to {draft}" if draft else "not set (SGLang 0.5.17 picks fa3 on Hopper GPUs)"
+    return [
+        Finding(
+            DRAFT_BACKEND_FLAG,
+            f"{chosen}: the {algorithm} draft-extend step then runs without a CUDA graph, and "
+            "its time depends on where each prompt's KV lands (decode speed moved 5-16% "
+            "between placements and boots on an H200, docs/statistics.md); add "
+            f"{DRAFT_BACKEND_FLAG} triton",
+            warning=True,
+        )
+    ]
 
 
 class LintUnavailable(RuntimeError):
@@ -157,4 +209,4 @@ def lint_sglang(python: str, argv: Sequence[str]) -> list[Finding]:
                     closest(name.upper(), known),
                 )
             )
-    return out
+    return out + sglang_advice(argv)
