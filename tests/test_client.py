@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -881,3 +882,41 @@ def test_runner_warms_up_every_prompt_once_before_measuring(
     assert [r.prompt for r in server.record.measured()] == [prompts[0].id, prompts[1].id]
     assert server.record.warmup_s is not None and server.record.warmup_s > 0
     assert fake.chats == len(prompts) + 2
+
+
+# --- a config's flush: SGLang's /flush_cache, busy while a request still runs --------------
+
+
+@pytest.mark.parametrize(
+    ("answers", "error"),
+    [
+        ([200], None),
+        ([400, 400, 200], None),  # busy twice: the last request's final steps
+        ([500], "/flush_cache did not flush (HTTP 500: broken)"),
+        ([400] * 60, "/flush_cache did not flush (HTTP 400: broken)"),
+    ],
+)
+def test_sglang_flush_retries_while_busy_and_names_a_failure(
+    answers: list[int], error: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pytest_specdec.engines.sglang as sglang_module
+
+    monkeypatch.setattr(sglang_module, "FLUSH_WAIT_S", 0.0)
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(f"{request.method} {request.url.path}")
+        code = answers[min(len(calls), len(answers)) - 1]
+        return httpx.Response(code, text="ok" if code == 200 else "broken")
+
+    async def go() -> None:
+        async with client_for(handler) as client:
+            await make_engine("sglang").flush(client)
+
+    if error is None:
+        asyncio.run(go())
+        assert calls == ["POST /flush_cache"] * len(answers)
+        return
+    with pytest.raises(RequestFailed, match=re.escape(error)):
+        asyncio.run(go())
+    assert len(calls) == (1 if answers[0] == 500 else sglang_module.FLUSH_TRIES)

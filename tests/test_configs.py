@@ -102,6 +102,25 @@ def test_config_hash_tracks_behaviour_not_source() -> None:
     assert a.sha256 == b.sha256 != c.sha256
 
 
+def test_flush_is_validated_and_changes_the_hash_only_where_set() -> None:
+    plain = parse_config("x", {"engine": "llamacpp"}, "a.toml")
+    assert "flush" not in plain.identity()  # the hash baselines were stored under is kept
+    runs = parse_config("x", {"engine": "llamacpp", "flush": "run"}, "a.toml")
+    prompt = parse_config("x", {"engine": "llamacpp", "flush": "prompt"}, "a.toml")
+    assert len({plain.sha256, runs.sha256, prompt.sha256}) == 3
+    assert runs.to_dict()["flush"] == "run"
+    with pytest.raises(ConfigError, match=r"a\.toml \[configs\.x\]: flush = 'always'; use \"run\""):
+        parse_config("x", {"engine": "llamacpp", "flush": "always"}, "a.toml")
+
+
+def test_sglang_ngram_is_measured_without_recall() -> None:
+    """SGLang's NGRAM keeps n-grams of every earlier request; its preset resets them (and
+    the prefix cache) before each request (docs/statistics.md)."""
+    ngram = Registry(preset_configs()).resolve("ngram", "sglang")
+    assert ngram.flush == "run"
+    assert Registry(preset_configs()).resolve("ngram", "llamacpp").flush is None
+
+
 def test_split_names() -> None:
     assert split_names(["a,b", " c ", "a", ""]) == ["a", "b", "c"]
 

@@ -10,6 +10,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -282,6 +283,79 @@ def test_a_config_run_on_two_workers_fails_the_run(
     (config,) = _results(out)["configs"]
     assert config["extra"]["workers"] == ["gw0", "gw1"] and config["error"].startswith("split:")
     assert len([r for r in config["runs"] if r["phase"] == "measure"]) == 2  # both kept
+
+
+FLUSHED = """
+[configs.cold]
+engine = "llamacpp"
+description = "baseline, with every request after the engine's caches were reset"
+flush = "run"
+
+[configs.placed]
+engine = "llamacpp"
+description = "baseline, with each prompt's caches reset once, before its warm-up"
+flush = "prompt"
+"""
+
+
+def test_flush_resets_the_engines_cache_before_each_request_or_each_prompt(
+    suite_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    """A config's flush, read from llama.cpp's own timings: the number of prompt tokens it
+    evaluated. Without flush a measured run reuses the prompt its warm-up cached; with
+    flush = "run" every request evaluates the whole prompt; with flush = "prompt" only the
+    warm-up does (the engine started with --slot-save-path, which erasing a slot needs)."""
+    extra = suite_project.makefile(".toml", flushed=FLUSHED)
+    out = suite_project.path / "r.json"
+    result = suite_project.runpytest_subprocess(
+        "suites/test_throughput.py", "--specdec-config-file", str(extra),
+        "--spec-config", "baseline,cold,placed", "--specdec-runs", "2",
+        "--specdec-results", str(out), "-k", "haiku", *FAST,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    records = {c["name"]: c for c in _results(out)["configs"]}
+
+    def runs(name: str, phase: str) -> list[dict[str, Any]]:  # the warm-up covers all prompts
+        return [r for r in records[name]["runs"] if r["phase"] == phase and r["prompt"] == "haiku"]
+
+    def evaluated(name: str, phase: str) -> list[int]:
+        return [r["extra"]["timings"]["prompt_n"] for r in runs(name, phase)]
+
+    def flushed(name: str, phase: str) -> list[bool]:
+        return [bool(r["extra"].get("flushed")) for r in runs(name, phase)]
+
+    (full,) = evaluated("cold", "warmup")  # the whole prompt: nothing cached
+    # without flush even the warm-up reused the chat template's system turn that the prompt
+    # before it had cached, and the measured runs reuse the whole prompt
+    assert full > 20 and evaluated("baseline", "warmup")[0] < full
+    assert all(n < full / 4 for n in evaluated("baseline", "measure"))
+    assert evaluated("cold", "measure") == [full, full]
+    assert flushed("cold", "warmup") + flushed("cold", "measure") == [True, True, True]
+    assert evaluated("placed", "warmup") == [full]
+    assert flushed("placed", "warmup") == [True] and flushed("placed", "measure") == [False] * 2
+    assert all(n < full / 4 for n in evaluated("placed", "measure"))
+    assert "--slot-save-path" in records["cold"]["command"]
+    assert "--slot-save-path" not in records["baseline"]["command"]
+    assert (
+        records["cold"]["config"]["flush"] == "run" and "flush" not in records["baseline"]["config"]
+    )
+
+
+def test_flush_on_an_engine_that_cannot_is_refused_before_it_boots(
+    suite_project: pytest.Pytester,
+) -> None:
+    extra = suite_project.makefile(
+        ".toml", vflush='[configs.vflush]\nengine = "vllm"\nflush = "run"\nargs = []\n'
+    )
+    result = suite_project.runpytest_subprocess(
+        "suites/test_throughput.py", "--specdec-config-file", str(extra), "--spec-config",
+        "vflush", "-k", "haiku", *FAST,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*[[]vflush[]] config vllm:vflush asks for flush = 'run', but the vllm adapter cannot "
+         "reset the engine's caches between requests; drop flush from the config*"]
+    )  # fmt: skip
 
 
 SYNTHETIC = """

@@ -11,6 +11,8 @@ in ``pytest_specdec/presets/<engine>.toml``; users add or override configs in
     draft = "draft"                # optional: the draft-model role this config needs
     description = "..."
     interface = "upstream"         # which engine interface the flags assume
+    flush = "run"                  # optional: reset the engine's caches before each request
+                                   # ("run") or before each prompt's first ("prompt")
 
 Names resolve within one engine (``draft-d16``) or qualified (``llamacpp:draft-d16``).
 """
@@ -44,7 +46,12 @@ CONFIG_KEYS = {
     "speculative_config",
     "model",
     "draft_model",
+    "flush",
 }
+# When the engine's caches (prefix/KV cache, n-gram store) are reset: before every request, or
+# before each prompt's first request (its warm-up), which puts every prompt's cached KV at the
+# same place on every boot.
+FLUSH_MODES = ("run", "prompt")
 
 
 class ConfigError(ValueError):
@@ -65,6 +72,7 @@ class SpecConfig:
     speculative_config: Mapping[str, Any] | None = None
     model: str | None = None
     draft_model: str | None = None
+    flush: str | None = None  # one of FLUSH_MODES, or None: the engine keeps its caches
     source: str = "preset"
 
     @property
@@ -76,8 +84,9 @@ class SpecConfig:
         return bool(self.args or self.speculative_config or self.draft)
 
     def identity(self) -> dict[str, Any]:
-        """What defines the config's behaviour (not where it came from)."""
-        return {
+        """What defines the config's behaviour (not where it came from). ``flush`` only where
+        set, so that configs without it keep the hash their baselines were stored under."""
+        out = {
             "name": self.name,
             "engine": self.engine,
             "args": list(self.args),
@@ -86,6 +95,9 @@ class SpecConfig:
             "interface": self.interface,
             "speculative_config": dict(self.speculative_config or {}),
         }
+        if self.flush is not None:
+            out["flush"] = self.flush
+        return out
 
     @property
     def sha256(self) -> str:
@@ -144,6 +156,12 @@ def parse_config(
     spec = table.get("speculative_config")
     if spec is not None and not isinstance(spec, dict):
         raise ConfigError(f"{where}: 'speculative_config' must be a table, got {spec!r}")
+    flush = table.get("flush")
+    if flush is not None and flush not in FLUSH_MODES:
+        raise ConfigError(
+            f'{where}: flush = {flush!r}; use "run" (reset the engine\'s caches before every '
+            'request) or "prompt" (before each prompt\'s first request), or leave it out'
+        )
     return SpecConfig(
         name=name,
         engine=engine,
@@ -155,6 +173,7 @@ def parse_config(
         speculative_config=spec,
         model=_opt_str(table.get("model"), where, "model"),
         draft_model=_opt_str(table.get("draft_model"), where, "draft_model"),
+        flush=flush,
         source=where.split(" [", 1)[0],
     )
 

@@ -64,6 +64,7 @@ class Server:
     # "GPU time per verdict"); ``record.extra["cost"]`` lists it per session.
     cost: dict[str, float | None] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
+    flushed: set[str] = field(default_factory=set)  # prompts whose caches were reset (flush)
 
 
 def resolve_configs(
@@ -161,6 +162,12 @@ class Booter:
         command, environment, models and boot time go on ``record``."""
         started = time.perf_counter()
         cost: dict[str, float | None] = {"cooldown_s": None, "lint_s": None}
+        if cfg.flush and not engine.flushes:
+            raise ConfigError(
+                f"config {cfg.qualified_name} asks for flush = {cfg.flush!r}, but the "
+                f"{engine.name} adapter cannot reset the engine's caches between requests; "
+                "drop flush from the config"
+            )
         docker = self.settings.docker
         if docker is None:
             engine.check_installed()

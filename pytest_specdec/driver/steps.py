@@ -150,8 +150,17 @@ class Steps:
             rec.error = f"request timed out after {self.settings.request_timeout_s:.0f} s"
         return rec
 
-    async def _one(self, server: Server, req: RequestSpec, rec: RunRecord) -> RunRecord:
+    async def _one(
+        self, server: Server, req: RequestSpec, rec: RunRecord, flush: bool = False
+    ) -> RunRecord:
         engine, client = server.engine, server.client
+        if flush:  # the config's flush: the engine's caches reset before this request
+            try:
+                await engine.flush(client)
+            except RequestFailed as exc:
+                rec.error = f"flush before the request failed: {exc}"
+                return rec
+            rec.extra["flushed"] = True
         before = await engine.spec_counters(client)
         await self.send(server, req, rec)
         if rec.error is None and before is not None:
@@ -182,9 +191,12 @@ class Steps:
             session=server.session,
         )
         req = self.request_spec(prompt, server.model_name, run)
+        mode = server.config.flush
+        flush = mode == "run" or (mode == "prompt" and prompt.id not in server.flushed)
+        server.flushed.add(prompt.id)
         with self._telemetry_window() as window:
             try:
-                self.loop.run(self._one(server, req, rec))
+                self.loop.run(self._one(server, req, rec, flush))
             except Exception as exc:
                 rec.error = rec.error or f"{type(exc).__name__}: {exc}"
         if rec.error is not None and server.process is not None:

@@ -120,6 +120,10 @@ class Engine(Protocol):
 
     async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None: ...
 
+    flushes: bool
+
+    async def flush(self, client: httpx.AsyncClient) -> None: ...
+
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]
     ) -> dict[str, float | None]: ...
@@ -336,3 +340,10 @@ class EngineBase:
 
     async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
         return await fetch_metrics(client)
+
+    # Whether ``flush`` can reset the engine's caches (prefix/KV cache, n-gram store) between
+    # requests: a config's ``flush`` needs it.
+    flushes = False
+
+    async def flush(self, client: httpx.AsyncClient) -> None:
+        raise RequestFailed(f"engine {self.name} cannot reset its caches between requests")

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -98,6 +99,8 @@ class LlamaCppEngine(EngineBase):
         ]
         if ctx.draft_model:
             argv += ["-md", ctx.draft_model]
+        if ctx.config.flush:  # llama-server erases a slot's cache only with a save path given
+            argv += ["--slot-save-path", tempfile.gettempdir()]
         argv += [*self.settings.extra_args, *ctx.config.args]
         if ctx.cpus:  # one thread per core of its share, set last so that it wins
             argv += ["-t", str(len(ctx.cpus)), "-tb", str(len(ctx.cpus))]
@@ -160,6 +163,18 @@ class LlamaCppEngine(EngineBase):
         if not isinstance(tokens, list):
             raise RequestFailed(f"/completion returned no token ids: {body!r:.200}")
         return GreedyOutput(text=str(body.get("content", "")), token_ids=[int(t) for t in tokens])
+
+    flushes = True
+
+    async def flush(self, client: httpx.AsyncClient) -> None:
+        """Erase every slot's cache (``POST /slots/{id}?action=erase``; the server must have
+        been started with ``--slot-save-path``, which ``build_command`` adds for such a
+        config): the next request evaluates its whole prompt again."""
+        resp = await get(client, "/slots")
+        if resp.status_code != 200:
+            raise RequestFailed(f"HTTP {resp.status_code} from /slots: {resp.text[:200].strip()}")
+        for slot in resp.json():
+            await post_json(client, f"/slots/{int(slot['id'])}?action=erase", {})
 
     async def detokenize(self, client: httpx.AsyncClient, ids: list[int]) -> str | None:
         try:

@@ -9,6 +9,7 @@ per-request speculative stats only come from the native ``/generate`` endpoint's
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -36,6 +37,7 @@ from pytest_specdec.engines.lint import Finding, lint_sglang
 from pytest_specdec.measure.client import RequestFailed, get, stream_sse
 
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
+FLUSH_TRIES, FLUSH_WAIT_S = 50, 0.1  # /flush_cache answers 400 while a request runs
 GEN_TOKENS = "sglang:generation_tokens_total"
 META_FIELDS = (
     "spec_verify_ct",
@@ -149,6 +151,26 @@ class SGLangEngine(EngineBase):
             rec.wall_s, rec.ttft_s = out.wall_s, out.ttft_s
         else:
             await stream_chat(client, req, rec)
+
+    flushes = True
+
+    async def flush(self, client: httpx.AsyncClient) -> None:
+        """``POST /flush_cache``: the radix cache, the request pool and the KV pool's free list
+        are reset, and so is NGRAM's n-gram store. SGLang answers 400 while a request still
+        runs (the previous one's last steps), so a busy answer is retried for a few seconds."""
+        answer = ""
+        for _ in range(FLUSH_TRIES):
+            try:
+                resp = await client.post("/flush_cache")
+            except httpx.HTTPError as exc:
+                raise RequestFailed(f"/flush_cache: {exc}") from exc
+            if resp.status_code == 200:
+                return
+            answer = f"HTTP {resp.status_code}: {resp.text[:200].strip()}"
+            if resp.status_code != 400:
+                break
+            await asyncio.sleep(FLUSH_WAIT_S)
+        raise RequestFailed(f"/flush_cache did not flush ({answer})")
 
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]
