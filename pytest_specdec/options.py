@@ -61,6 +61,26 @@ ACCEPTANCE_OPTIONS: list[tuple[str, dict[str, Any]]] = [
           "night where the engine honours seeds; default: none, the engine draws)")),
 ]  # fmt: skip
 
+# The workload: prompts, how many runs of each, how long.
+WORKLOAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--specdec-workload",
+     dict(default=None, metavar="NAME|PATH",
+          help="prompt suite: a built-in name (seed, specbench, ...) or a JSONL file "
+          "(default: [suite] workload, else seed)")),
+    ("--specdec-runs",
+     dict(type=positive_int, default=5, metavar="N", help="measured runs per prompt (default: 5)")),
+    ("--specdec-max-tokens",
+     dict(type=positive_int, default=256, metavar="N",
+          help="output tokens per request at most (default: 256); a prompt whose outputs end "
+          "before half of it is named and left out of the decode score")),
+    ("--specdec-ignore-eos",
+     dict(action="store_true",
+          help="decode exactly --specdec-max-tokens tokens per request, past the end of the "
+          "answer (ignore_eos; for engines that honour it: llama.cpp, SGLang, vLLM)")),
+    ("--specdec-no-warmup",
+     dict(action="store_true", help="skip the warmup pass over every prompt")),
+]  # fmt: skip
+
 # The engine's CPU cores: on a CPU host, xdist workers split them without being asked.
 HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--specdec-cpus",
@@ -123,30 +143,6 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
         ),
     ),
     (
-        "--specdec-workload",
-        dict(
-            default=None,
-            metavar="NAME|PATH",
-            help="prompt suite: a built-in name (seed, specbench, ...) or a JSONL file "
-            "(default: [suite] workload, else seed)",
-        ),
-    ),
-    (
-        "--specdec-runs",
-        dict(
-            type=positive_int, default=5, metavar="N", help="measured runs per prompt (default: 5)"
-        ),
-    ),
-    (
-        "--specdec-max-tokens",
-        dict(
-            type=positive_int,
-            default=256,
-            metavar="N",
-            help="output tokens per request (default: 256)",
-        ),
-    ),
-    (
         "--specdec-sessions",
         dict(
             type=positive_int,
@@ -163,10 +159,6 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             help="with --specdec-sessions N: skip a config's further sessions once its verdict "
             "is decided",
         ),
-    ),
-    (
-        "--specdec-no-warmup",
-        dict(action="store_true", help="skip the warmup pass over every prompt"),
     ),
     (
         "--specdec-results",
@@ -307,6 +299,7 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             f"max(D, 2 x between-session CV) (default: {DEFAULT_MIN_DELTA})",
         ),
     ),
+    *WORKLOAD_OPTIONS,
     *ACCEPTANCE_OPTIONS,
     *HOST_OPTIONS,
     (

@@ -193,6 +193,7 @@ class SpecdecState:
             min_delta=getopt("--specdec-min-delta"),
             accept_delta=getopt("--specdec-accept-delta"),
             temperature=getopt("--specdec-temperature"),
+            ignore_eos=getopt("--specdec-ignore-eos"),
             top_p=getopt("--specdec-top-p"),
             seed=getopt("--specdec-seed"),
             lint=not getopt("--specdec-no-lint"),

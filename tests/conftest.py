@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests_support import CACHE, missing
+from tests_support import CACHE, SGLANG_VERSION, missing
 
 from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines.llamacpp import find_binary
@@ -64,6 +64,21 @@ def two_prompt_project(suite_project: pytest.Pytester, models: dict[str, Path]) 
     """The suite project with a two-prompt workload, ``two.jsonl``, for short real runs."""
     suite_project.makefile(".jsonl", two="\n".join(json.dumps(p) for p in TWO_PROMPTS))
     return suite_project
+
+
+@pytest.fixture(scope="module")
+def sglang_python() -> str:
+    """An interpreter with SGLang: $SPECDEC_SGLANG_PYTHON, else the parser virtualenv that
+    ./scripts/setup installs (SGLang's own argument parser and tokenizer stack, no GPU)."""
+    python = os.environ.get("SPECDEC_SGLANG_PYTHON") or str(
+        CACHE / f"sglang-{SGLANG_VERSION}-venv" / "bin" / "python"
+    )
+    if not Path(python).exists():
+        missing(
+            f"SGLang {SGLANG_VERSION}'s parser is not installed at {python}",
+            "./scripts/install-sglang-parser",
+        )
+    return python
 
 
 @pytest.fixture(scope="module")

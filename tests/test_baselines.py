@@ -130,6 +130,28 @@ def test_key_mismatch_is_refused_naming_fields(tmp_path: Path) -> None:
         update_baseline(other, other["configs"][0], tmp_path)
 
 
+def test_how_the_requests_were_made_is_part_of_the_key(tmp_path: Path) -> None:
+    """Decoding past the answer's end, or prompts rendered by the harness, measure something
+    else than the stored sessions did: a mismatch naming it. The defaults add nothing to the
+    key, so baselines stored before these choices existed still match."""
+    doc = results_doc({"base": {"code": 100, "prose": 80}})
+    assert key_for(doc, doc["configs"][0])["protocol"] is None
+    update_baseline(doc, doc["configs"][0], tmp_path)
+    rendered = results_doc({"base": {"code": 100, "prose": 80}})
+    rendered["options"]["ignore_eos"] = True
+    rendered["configs"][0]["extra"]["prompt_rendering"] = {"kind": "chat-template", "how": "t"}
+    key = key_for(rendered, rendered["configs"][0])
+    assert key["protocol"] == {"ignore_eos": True, "prompt_rendering": "chat-template"}
+    judged = judge_baseline(rendered, rendered["configs"][0], tmp_path, POLICY)
+    assert judged.status == MISMATCH
+    assert "protocol: None → {'ignore_eos': True, 'prompt_rendering': 'chat-template'}" in (
+        judged.message
+    )
+    chat = results_doc({"base": {"code": 100, "prose": 80}})
+    chat["configs"][0]["extra"]["prompt_rendering"] = {"kind": "chat-endpoint", "how": "c"}
+    assert judge_baseline(chat, chat["configs"][0], tmp_path, POLICY).status != MISMATCH
+
+
 def test_engine_version_is_tracked_not_refused(tmp_path: Path) -> None:
     doc = results_doc({"base": {"code": 100, "prose": 80}})
     update_baseline(doc, doc["configs"][0], tmp_path)

@@ -49,7 +49,7 @@ def test_baseline_end_to_end(suite_project: pytest.Pytester, models: dict[str, P
     result.stdout.fnmatch_lines(
         [
             "*speculative decoding: output tok/s*",
-            "config*fibonacci*quicksort*arithmetic*json_parse*haiku*geomean",
+            "config*fibonacci*quicksort*arithmetic*json_parse*haiku*geomean*decode",
             "baseline *[0-9].[0-9]*",
             "results: *r.json",
         ]
@@ -356,6 +356,42 @@ def test_flush_on_an_engine_that_cannot_is_refused_before_it_boots(
         ["*[[]vflush[]] config vllm:vflush asks for flush = 'run', but the vllm adapter cannot "
          "reset the engine's caches between requests; drop flush from the config*"]
     )  # fmt: skip
+
+
+def test_short_outputs_are_named_and_left_out_of_the_decode_score_unless_eos_is_ignored(
+    suite_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    """SmolLM2 answers the arithmetic prompt in well under 128 tokens: at a limit of 256 it is
+    named as short and only json_parse makes the decode score; with --specdec-ignore-eos every
+    request decodes exactly 256 tokens and both prompts count."""
+    args = ("suites/test_throughput.py", "--spec-config", "baseline", "--specdec-runs", "1",
+            "--specdec-no-warmup", "--specdec-max-tokens", "256", "-k", "arithmetic or json_parse",
+            "-p", "no:cacheprovider")  # fmt: skip
+    out = suite_project.path / "r.json"
+    result = suite_project.runpytest_subprocess(*args, "--specdec-results", str(out))
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    (cfg,) = _results(out)["configs"]
+    runs = {r["prompt"]: r for r in cfg["runs"]}
+    assert runs["arithmetic"]["output_tokens"] < 128 and runs["arithmetic"]["max_tokens"] == 256
+    decode = cfg["decode"]
+    assert list(decode["short"]) == ["arithmetic"] and list(decode["prompts"]) == ["json_parse"]
+    assert decode["tok_per_s"] == pytest.approx(1 / runs["json_parse"]["tpot_s"])
+    result.stdout.fnmatch_lines(
+        ["baseline: short outputs, left out of the decode score*: arithmetic * of 256 tokens"]
+    )
+    full = suite_project.path / "f.json"
+    again = suite_project.runpytest_subprocess(
+        *args, "--specdec-ignore-eos", "--specdec-results", str(full)
+    )
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str()
+    (cfg,) = _results(full)["configs"]
+    assert {r["prompt"]: r["output_tokens"] for r in cfg["runs"]} == {
+        "arithmetic": 256,
+        "json_parse": 256,
+    }
+    assert cfg["decode"]["short"] == {} and len(cfg["decode"]["prompts"]) == 2
+    assert _results(full)["options"]["ignore_eos"] is True
+    assert "short outputs" not in again.stdout.str()
 
 
 SYNTHETIC = """

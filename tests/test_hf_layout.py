@@ -8,6 +8,7 @@ llama.cpp's converter, and the tokenizer against the real llama-server's own /to
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,9 @@ import pytest
 from tests_support import CACHE, missing
 
 from pytest_specdec.core.modelfile import model_identity
+from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.core.workloads import load_workload
+from pytest_specdec.engines import EngineNotInstalled, make_engine
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
@@ -237,3 +240,48 @@ def test_drafters_refuse_a_target_without_config(tmp_path: Path) -> None:
     cli = [sys.executable, str(REPO / "scripts" / "sglang_drafters.py"), "--target", str(tmp_path)]
     proc = subprocess.run(cli, capture_output=True, text=True, check=False)
     assert proc.returncode != 0 and "config.json does not exist" in proc.stderr
+
+
+def test_sglang_renders_the_prompts_as_llama_cpp_applies_the_chat_template(
+    smollm2_hf: Path, llama_server: Path, sglang_python: str, tmp_path: Path
+) -> None:
+    """The SGLang adapter renders the prompts it sends to the native /generate endpoint with
+    the model's own tokenizer and chat template, in SGLang's interpreter: for SmolLM2 the text
+    is what llama-server's /apply-template makes of the same GGUF's template, for every
+    prompt of the seed and multi-turn workloads; a tokenizer without a template is sent the
+    plain text and the rendering says so; through the chat endpoint nothing is rendered."""
+    engine = make_engine("sglang", EngineSettings(python=sglang_python, api="native"))
+    conversations = [
+        [m.to_dict() for m in p.messages] for p in load_workload("seed,multi_turn").prompts
+    ]
+    rendering = engine.render(str(smollm2_hf), conversations)
+    assert rendering.kind == "chat-template" and rendering.texts is not None
+    assert rendering.how.endswith("chat template (transformers 5.12.1)")
+    port = 18000 + (abs(hash(str(tmp_path))) % 2000)
+    log = (tmp_path / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [str(llama_server), "-m", str(BASE), "--port", str(port), "-t", "1", "-c", "512"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+            _wait_ready(client, proc)
+            for messages, text in zip(conversations, rendering.texts, strict=True):
+                theirs = client.post("/apply-template", json={"messages": messages}).json()
+                assert text == theirs["prompt"], messages[-1]["content"][:40]
+    finally:
+        proc.kill()
+        proc.wait(10)
+        log.close()
+    assert rendering.texts[0].endswith("<|im_start|>assistant\n")
+    bare = tmp_path / "no-template"
+    shutil.copytree(smollm2_hf, bare, ignore=shutil.ignore_patterns("*.safetensors"))
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    del config["chat_template"]
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    plain = engine.render(str(bare), conversations[:1])
+    assert plain.kind == "plain" and plain.texts is None and "no chat template" in plain.how
+    chat = make_engine("sglang", EngineSettings(python=sglang_python, api="chat"))
+    assert chat.render(str(smollm2_hf), conversations).kind == "chat-endpoint"
+    with pytest.raises(EngineNotInstalled, match=r"cannot render the prompts with .*; give it"):
+        engine.render(str(tmp_path / "missing"), conversations[:1])

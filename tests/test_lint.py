@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from tests_support import CACHE, missing
+from tests_support import SGLANG_VERSION
 
 from pytest_specdec.core.configs import Registry, parse_config, preset_configs
 from pytest_specdec.core.suitefile import EngineSettings
@@ -26,7 +25,6 @@ from pytest_specdec.engines.lint import (
     unknown_flags,
 )
 
-SGLANG_VERSION = "0.5.17"  # the default of ./scripts/install-sglang-parser
 HELP = """\
 -h,    --help, --usage                  print usage and exit
 -md,   --spec-draft-model, --model-draft FNAME
@@ -92,19 +90,6 @@ def test_llamacpp_presets_pass_lint(llama_server: Path) -> None:
         draft = "D.gguf" if cfg.draft else None
         spec = engine.build_command(BootContext(cfg, "M.gguf", draft, "127.0.0.1", 1, "k"))
         assert engine.lint(spec) == [], cfg.name
-
-
-@pytest.fixture(scope="module")
-def sglang_python() -> str:
-    python = os.environ.get("SPECDEC_SGLANG_PYTHON") or str(
-        CACHE / f"sglang-{SGLANG_VERSION}-venv" / "bin" / "python"
-    )
-    if not Path(python).exists():
-        missing(
-            f"SGLang {SGLANG_VERSION}'s parser is not installed at {python}",
-            "./scripts/install-sglang-parser",
-        )
-    return python
 
 
 def _sglang_spec(cfg_name: str, python: str, extra: tuple[str, ...] = ()) -> tuple[object, object]:

@@ -22,6 +22,7 @@ from pytest_specdec.verdict.stats import (
 )
 
 CACHE = cache_root()  # read before pytester points HOME at its temporary folder
+SGLANG_VERSION = "0.5.17"  # the default of ./scripts/install-sglang-parser
 
 
 def missing(what: str, fix: str = "./scripts/setup") -> None:

@@ -35,6 +35,7 @@ class RunRecord:
     phase: str = "measure"  # "warmup" | "measure"
     error: str | None = None
     output_tokens: int | None = None
+    max_tokens: int | None = None  # the output tokens the request asked for, at most
     prompt_tokens: int | None = None
     wall_s: float | None = None
     ttft_s: float | None = None

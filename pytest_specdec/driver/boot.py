@@ -65,6 +65,7 @@ class Server:
     cost: dict[str, float | None] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     flushed: set[str] = field(default_factory=set)  # prompts whose caches were reset (flush)
+    texts: dict[str, str] | None = None  # prompt id -> the text sent, where the harness renders
 
 
 def resolve_configs(
@@ -162,29 +163,8 @@ class Booter:
         command, environment, models and boot time go on ``record``."""
         started = time.perf_counter()
         cost: dict[str, float | None] = {"cooldown_s": None, "lint_s": None}
-        if cfg.flush and not engine.flushes:
-            raise ConfigError(
-                f"config {cfg.qualified_name} asks for flush = {cfg.flush!r}, but the "
-                f"{engine.name} adapter cannot reset the engine's caches between requests; "
-                "drop flush from the config"
-            )
         docker = self.settings.docker
-        if docker is None:
-            engine.check_installed()
-        target, draft = self.models_for(cfg)
-        record.models = {"target": model_identity(target)}
-        if draft:
-            record.models["draft"] = model_identity(draft)
-        record.engine_version = engine.version() if docker is None else f"image {docker.image}"
-        if self.gpu is not None:
-            mark = time.perf_counter()
-            waited = self.gpu.before_config()
-            if waited is not None:
-                record.extra.setdefault("cooldown", []).append(waited)
-                cost["cooldown_s"] = time.perf_counter() - mark
-        record.extra["engine_args"] = list(engine.settings.extra_args)
-        if self.settings.cpus is not None and docker is None:
-            record.extra["engine_cpus"] = describe(self.settings.cpus)
+        target, draft = self.prepare(cfg, engine, record, cost)
         timeout = self.settings.startup_timeout_s or engine.settings.startup_timeout_s
         for attempt in range(PORT_RETRIES):
             port = free_port(self.settings.host)
@@ -231,6 +211,37 @@ class Booter:
             record.extra.setdefault("cost", []).append(server.cost)
             return server
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def prepare(
+        self, cfg: SpecConfig, engine: Engine, record: ConfigRecord,
+        cost: dict[str, float | None],
+    ) -> tuple[str, str | None]:  # fmt: skip
+        """Before a launch: the config checked against the engine, the models and the engine
+        identified on ``record``, the cooldown gate (its time in ``cost``); the models."""
+        if cfg.flush and not engine.flushes:
+            raise ConfigError(
+                f"config {cfg.qualified_name} asks for flush = {cfg.flush!r}, but the "
+                f"{engine.name} adapter cannot reset the engine's caches between requests; "
+                "drop flush from the config"
+            )
+        docker = self.settings.docker
+        if docker is None:
+            engine.check_installed()
+        target, draft = self.models_for(cfg)
+        record.models = {"target": model_identity(target)}
+        if draft:
+            record.models["draft"] = model_identity(draft)
+        record.engine_version = engine.version() if docker is None else f"image {docker.image}"
+        if self.gpu is not None:
+            mark = time.perf_counter()
+            waited = self.gpu.before_config()
+            if waited is not None:
+                record.extra.setdefault("cooldown", []).append(waited)
+                cost["cooldown_s"] = time.perf_counter() - mark
+        record.extra["engine_args"] = list(engine.settings.extra_args)
+        if self.settings.cpus is not None and docker is None:
+            record.extra["engine_cpus"] = describe(self.settings.cpus)
+        return target, draft
 
     def start(
         self, cfg: SpecConfig, spec: LaunchSpec, port: int, log_path: Path,

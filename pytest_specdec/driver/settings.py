@@ -41,6 +41,7 @@ class RunSettings:
     temperature: float = 0.0  # 0: greedy
     top_p: float | None = None
     seed: int | None = None  # request i of a prompt is sent seed + i
+    ignore_eos: bool = False  # decode max_tokens tokens per request, past the answer's end
     lint: bool = True
     sessions: int = 1
     adaptive: bool = False

@@ -31,7 +31,7 @@ from pytest_specdec.core.workloads import Prompt, Workload
 from pytest_specdec.driver.boot import Booter, Server, resolve_configs
 from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.engines import EngineNotInstalled
-from pytest_specdec.engines.base import RequestSpec
+from pytest_specdec.engines.base import Rendering, RequestSpec
 from pytest_specdec.engines.launch import LaunchError
 from pytest_specdec.gpu.monitor import GpuMonitor, RunWindow, telemetry_dict
 from pytest_specdec.measure.client import LoopThread, RequestFailed
@@ -75,6 +75,7 @@ class Steps:
         self.verdicts: list[Judgement] = []
         self.drift: list[dict[str, Any]] = []
         self.references: dict[tuple[str, str], dict[str, GreedyOutput]] = {}
+        self.renderings: dict[tuple[str, str], Rendering] = {}  # (engine, target) -> prompts
         self.reference_records: list[ConfigRecord] = []
         self.lossless_lines: list[str] = []  # outputs that differ from the reference
         self.on_write = on_write  # sees the results document before each write
@@ -101,6 +102,7 @@ class Steps:
             self.write_results()
             raise
         server.session = session
+        server.texts = self.prompt_texts(server)
         lint = record.extra.get("lint")
         for line in lint if isinstance(lint, list) else []:  # a config that measures badly
             note = f"{cfg.name}: lint {line}"
@@ -111,6 +113,26 @@ class Steps:
              "boot_s": record.boot_s, "started_at": utc_now()}
         )  # fmt: skip
         return server
+
+    def prompt_texts(self, server: Server) -> dict[str, str] | None:
+        """The workload as the text ``server``'s engine is sent (rendered once per engine and
+        target with the model's chat template), or None where the engine renders it itself;
+        how, on the record (``extra.prompt_rendering``)."""
+        key = (server.engine.name, server.model_name or "")
+        if key not in self.renderings:
+            prompts = self.workload.prompts
+            conversations = [[m.to_dict() for m in p.messages] for p in prompts]
+            try:
+                self.renderings[key] = server.engine.render(key[1], conversations)
+            except EngineNotInstalled as exc:
+                server.record.error = str(exc)
+                self.stop(server)
+                raise
+        rendering = self.renderings[key]
+        server.record.extra["prompt_rendering"] = {"kind": rendering.kind, "how": rendering.how}
+        if rendering.texts is None:
+            return None
+        return {p.id: t for p, t in zip(self.workload.prompts, rendering.texts, strict=True)}
 
     def stop(self, server: Server) -> None:
         self.booter.close_client(server)
@@ -123,15 +145,21 @@ class Steps:
 
     # --- measure ----------------------------------------------------------------------------
 
-    def request_spec(self, prompt: Prompt, model: str | None = None, run: int = 0) -> RequestSpec:
+    def request_spec(
+        self, prompt: Prompt, model: str | None = None, run: int = 0,
+        texts: dict[str, str] | None = None,
+    ) -> RequestSpec:  # fmt: skip
         """Request ``run`` of ``prompt``, with the run's sampling settings (greedy by default;
-        a fixed seed makes request i of a prompt reproducible from night to night)."""
+        a fixed seed makes request i of a prompt reproducible from night to night). ``texts``:
+        the prompts rendered with the model's chat template, for an engine sent text."""
         messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
         max_tokens = prompt.max_tokens or self.settings.max_tokens
+        text = (texts or {}).get(prompt.id) or prompt.text()
         o = self.settings
         return RequestSpec(
-            prompt.id, messages, prompt.text(), max_tokens, model=model,
+            prompt.id, messages, text, max_tokens, model=model,
             temperature=o.temperature, top_p=o.top_p, seed=o.request_seed(run),
+            ignore_eos=o.ignore_eos,
         )  # fmt: skip
 
     def greedy_spec(self, prompt: Prompt, model: str | None = None) -> RequestSpec:
@@ -190,7 +218,8 @@ class Steps:
             phase=phase,
             session=server.session,
         )
-        req = self.request_spec(prompt, server.model_name, run)
+        req = self.request_spec(prompt, server.model_name, run, server.texts)
+        rec.max_tokens = req.max_tokens
         mode = server.config.flush
         flush = mode == "run" or (mode == "prompt" and prompt.id not in server.flushed)
         server.flushed.add(prompt.id)

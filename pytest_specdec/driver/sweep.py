@@ -26,7 +26,9 @@ class SweepSteps(Steps):
                 config=server.config.name, prompt=prompt.id, run=index, phase="concurrency",
                 session=server.session, extra={"clients": clients},
             )  # fmt: skip
-            await self.send(server, self.request_spec(prompt, server.model_name), rec)
+            await self.send(
+                server, self.request_spec(prompt, server.model_name, texts=server.texts), rec
+            )
             return finalize_timings(rec)
 
         async def level() -> tuple[list[RunRecord], float, float | None]:

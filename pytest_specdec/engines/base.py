@@ -82,6 +82,7 @@ class RequestSpec:
     temperature: float = 0.0  # 0: greedy
     top_p: float | None = None
     seed: int | None = None
+    ignore_eos: bool = False  # decode max_tokens tokens, past the end of the answer
 
     def sampling(self) -> dict[str, float | int]:
         """The OpenAI-style sampling fields of this request (temperature always)."""
@@ -91,6 +92,17 @@ class RequestSpec:
         if self.temperature > 0 and self.seed is not None:
             out["seed"] = self.seed
         return out
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """How the prompts reach the model: ``texts`` (one per conversation, rendered with the
+    model's chat template) where the harness sends text, else None; ``how`` says which, and
+    is recorded with the config (``extra.prompt_rendering``)."""
+
+    texts: list[str] | None
+    how: str
+    kind: str = "chat-endpoint"  # "chat-endpoint" | "chat-template" | "plain"
 
 
 @runtime_checkable
@@ -123,6 +135,10 @@ class Engine(Protocol):
     flushes: bool
 
     async def flush(self, client: httpx.AsyncClient) -> None: ...
+
+    def render(
+        self, model: str, conversations: Sequence[Sequence[Mapping[str, str]]]
+    ) -> Rendering: ...
 
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]
@@ -199,6 +215,8 @@ def chat_payload(req: RequestSpec, model: str | None = None) -> dict[str, Any]:
     }
     if model:
         payload["model"] = model
+    if req.ignore_eos:  # llama.cpp, vLLM and SGLang take it beside the OpenAI fields
+        payload["ignore_eos"] = True
     return payload
 
 
@@ -347,3 +365,8 @@ class EngineBase:
 
     async def flush(self, client: httpx.AsyncClient) -> None:
         raise RequestFailed(f"engine {self.name} cannot reset its caches between requests")
+
+    def render(self, model: str, conversations: Sequence[Sequence[Mapping[str, str]]]) -> Rendering:
+        """The prompts as the text a completion endpoint is sent. An engine measured through
+        its chat endpoint renders them itself, with the model's own chat template."""
+        return Rendering(None, "chat endpoint: the engine applies the model's chat template")

@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -26,6 +26,7 @@ from pytest_specdec.engines.base import (
     EngineBase,
     EngineNotInstalled,
     LaunchSpec,
+    Rendering,
     RequestSpec,
     counter_delta,
     finish_spec,
@@ -38,6 +39,7 @@ from pytest_specdec.measure.client import RequestFailed, get, stream_sse
 
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
 FLUSH_TRIES, FLUSH_WAIT_S = 50, 0.1  # /flush_cache answers 400 while a request runs
+RENDER_TIMEOUT_S = 120.0  # loading a tokenizer, in SGLang's interpreter
 GEN_TOKENS = "sglang:generation_tokens_total"
 META_FIELDS = (
     "spec_verify_ct",
@@ -47,6 +49,23 @@ META_FIELDS = (
     "spec_num_proposed_drafts",
     "spec_correct_drafts_histogram",
 )
+
+
+# Runs in SGLang's interpreter: the prompts through the model's own tokenizer and its chat
+# template, as SGLang's /v1/chat/completions renders them (serving_chat.py).
+_RENDER = r"""
+import json, sys
+import transformers
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+conversations = json.loads(sys.stdin.read())
+if not getattr(tok, "chat_template", None):
+    print(json.dumps({"texts": None, "transformers": transformers.__version__}))
+else:
+    texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+             for c in conversations]
+    print(json.dumps({"texts": texts, "transformers": transformers.__version__}))
+"""
 
 
 def _python(settings: EngineSettings) -> str:
@@ -66,6 +85,8 @@ def native_payload(req: RequestSpec) -> dict[str, Any]:
     params: dict[str, Any] = {**req.sampling(), "max_new_tokens": req.max_tokens}
     if "seed" in params:
         params["sampling_seed"] = params.pop("seed")
+    if req.ignore_eos:
+        params["ignore_eos"] = True
     return {"text": req.text, "sampling_params": params, "stream": True}
 
 
@@ -133,6 +154,39 @@ class SGLangEngine(EngineBase):
         except (OSError, subprocess.TimeoutExpired):
             return None
         return f"sglang {proc.stdout.strip()}" if proc.returncode == 0 else None
+
+    def render(self, model: str, conversations: Sequence[Sequence[Mapping[str, str]]]) -> Rendering:
+        """Through the native endpoint the prompts are sent as text: rendered here with the
+        model's own tokenizer and chat template, in SGLang's interpreter (so with the
+        transformers SGLang serves with), what the chat endpoint would send the model. A
+        tokenizer without a chat template gets the plain ``User: … Assistant:`` text, said so."""
+        if self.settings.api != "native":
+            return super().render(model, conversations)
+        python = _python(self.settings)
+        try:
+            proc = subprocess.run(
+                [python, "-c", _RENDER, model], input=json.dumps(conversations),
+                capture_output=True, text=True, timeout=RENDER_TIMEOUT_S, check=False,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EngineNotInstalled(f"cannot render the prompts with {python}: {exc}") from exc
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise EngineNotInstalled(
+                f"cannot render the prompts with {model}'s chat template in {python}: {tail}; "
+                'give it a tokenizer transformers can load, or set [engines.sglang] api = "chat"'
+            )
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+        version = f"transformers {found['transformers']}"
+        if found["texts"] is None:
+            return Rendering(
+                None, f"plain 'User: … Assistant:' text: {model}'s tokenizer has no chat "
+                f"template ({version})", "plain",
+            )  # fmt: skip
+        return Rendering(
+            [str(t) for t in found["texts"]], f"{model}'s chat template ({version})",
+            "chat-template",
+        )  # fmt: skip
 
     def lint(self, spec: LaunchSpec) -> list[Finding]:
         """The command line through the installed SGLang's own argument parser."""

@@ -12,8 +12,8 @@ weights, which is exactly what it is for.
 
 Peak bandwidth comes from NVML (2 x maximum memory clock x bus width, summed over the GPUs the
 engine used) or, where NVML cannot say, from the vendor's datasheet figure for the GPU's name.
-On a CPU there is no share (``None`` with the reason). This module imports nothing else from
-the package.
+On a CPU there is no share (``None`` with the reason). This module imports only
+measure/decode.py of the package.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from pytest_specdec.measure.decode import decode_summary
 
 # Peak memory bandwidth by the name NVML reports, in GB/s, from each product's datasheet.
 DATASHEET_GBS: dict[str, float] = {
@@ -127,9 +129,12 @@ def by_config(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def annotate(results: dict[str, Any]) -> dict[str, Any]:
-    """Set ``roofline`` on every config of a results document (in place); return it."""
+    """Set ``roofline`` and the decode score (``decode``, measure/decode.py) on every config
+    of a results document (in place); return it."""
+    prompts = list((results.get("workload") or {}).get("prompts") or [])
     for config in results.get("configs", []):
         config["roofline"] = roofline(config, results.get("gpu"))
+        config["decode"] = decode_summary(config, prompts)
     return results
 
 

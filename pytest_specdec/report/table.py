@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_specdec.core.results import ConfigRecord
+from pytest_specdec.measure.decode import decode_summary, short_lines
 from pytest_specdec.measure.levels import LevelResult
 from pytest_specdec.measure.levels import table as sweep_table
 from pytest_specdec.measure.roofline import describe as roofline_cell
@@ -46,17 +47,20 @@ def table_rows(
     """Rows of the throughput table; a roofline column when any config has a share."""
     roof = rooflines or {}
     with_roof = any((r or {}).get("share") is not None for r in roof.values())
-    rows = [["config", *prompts, "geomean", *(["decode (roofline)"] if with_roof else [])]]
+    head = ["config", *prompts, "geomean", "decode", *(["decode (roofline)"] if with_roof else [])]
+    rows = [head]
     for rec in records:
         tail = [roofline_cell(roof.get(rec.name))] if with_roof else []
         if rec.error and not rec.runs:
             label = unmeasured_label(rec)
-            rows.append([rec.name, *([label] + ["-"] * (len(prompts) - 1)), "-", *tail])
+            rows.append([rec.name, *([label] + ["-"] * (len(prompts) - 1)), "-", "-", *tail])
             continue
         cells = config_cells(rec, prompts)
         geo = suite_geomean(cells)
         geo_text = f"{geo:.1f}" if geo else "-"
-        rows.append([rec.name, *(_cell(cells[p]) for p in prompts), geo_text, *tail])
+        decode = decode_summary(rec.to_dict(), prompts)["tok_per_s"]
+        decode_text = f"{decode:.1f}" if decode else "-"
+        rows.append([rec.name, *(_cell(cells[p]) for p in prompts), geo_text, decode_text, *tail])
     return rows
 
 
@@ -104,9 +108,11 @@ def terminal_summary(
         return []
     out = [
         "output tok/s: mean ±95% CI half-width over measured runs; aN = mean accept length "
-        "(tokens per verify step) where the engine reports it",
+        "(tokens per verify step) where the engine reports it; geomean: the suite score; "
+        "decode: geometric mean over the prompts that decode of 1 / median TPOT",
         render_table(table_rows(list(records.values()), prompts, rooflines)),
         *roofline_lines(rooflines or {}),
+        *short_lines({n: decode_summary(r.to_dict(), prompts) for n, r in records.items()}),
     ]
     for rec in records.values():
         sweep = rec.extra.get("concurrency")

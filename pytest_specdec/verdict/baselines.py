@@ -38,6 +38,7 @@ IDENTITY_FIELDS = (
     "max_tokens",
     "engine_args",
     "sampling",
+    "protocol",
 )
 
 
@@ -105,7 +106,22 @@ def key_for(results: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, 
         "engine_args": (config.get("extra") or {}).get("engine_args"),
         "engine_version": config.get("engine_version"),
         "sampling": sampling_of(results),
+        "protocol": protocol_of(results, config),
     }
+
+
+def protocol_of(results: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """How the requests were made, where not the default: every request decoded past its end
+    (``--specdec-ignore-eos``), prompts sent as text rendered by the harness (``chat-template``
+    or ``plain``) instead of through a chat endpoint. None by default, so that keys stored
+    before these choices existed still match."""
+    out: dict[str, Any] = {}
+    if (results.get("options") or {}).get("ignore_eos"):
+        out["ignore_eos"] = True
+    rendering = (config.get("extra") or {}).get("prompt_rendering") or {}
+    if rendering.get("kind") in ("chat-template", "plain"):
+        out["prompt_rendering"] = rendering["kind"]
+    return out or None
 
 
 def sampling_of(results: Mapping[str, Any]) -> dict[str, Any] | None:
