@@ -89,9 +89,16 @@ def test_ngram_on_sglang_measured_and_stopped_clean(sglang_python: str, tmp_path
         assert run["accept_source"] == "meta_info" and run["accept_length"] >= 1.0
         # completion_tokens / spec_verify_ct per request = the counters' delta around it
         assert run["extra"]["accept_length_metrics"] == pytest.approx(run["accept_length"])
+        # the preset resets SGLang's n-gram store before every request: no recall of the
+        # warm-up's output (which reads 7.5-8 of 8); from the prompt alone 1.2-3.2
+        assert run["extra"]["flushed"] is True and run["accept_length"] < 6
         device = run["gpu"]["devices"][0]
         assert device["power_w"]["mean"] > 0 and device["energy_j"] > 0
     assert config["roofline"]["bytes_per_token"] == pytest.approx(14.81e9, rel=0.01)
+    # the native endpoint is sent the prompts rendered with the model's chat template
+    assert config["extra"]["prompt_rendering"]["kind"] == "chat-template"
+    (cost,) = config["extra"]["cost"]
+    assert cost["total_s"] >= cost["start_s"] + cost["generation_s"] > 0
     deadline = time.monotonic() + 5  # the plugin has returned: nothing may be left
     while sglang_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
