@@ -7,10 +7,12 @@ llama.cpp's converter, and the tokenizer against the real llama-server's own /to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +128,16 @@ def test_the_tokenizer_gives_llamacpps_token_ids(
     tokenizer = Tokenizer.from_file(str(smollm2_hf / "tokenizer.json"))
     texts = [p.text() for p in load_workload("seed").prompts]
     texts += ["12345 + 678 = ?", "  two  spaces\tand\nlines", "<|im_start|>user\nhé<|im_end|>"]
+    with smollm2_server(llama_server, tmp_path) as client:
+        for text in texts:
+            theirs = client.post("/tokenize", json={"content": text, "parse_special": True})
+            ours = tokenizer.encode(text, add_special_tokens=False).ids
+            assert ours == theirs.json()["tokens"], text
+
+
+@contextlib.contextmanager
+def smollm2_server(llama_server: Path, tmp_path: Path) -> Iterator[httpx.Client]:
+    """llama-server on the real SmolLM2 GGUF, and a client of it, until the block ends."""
     port = 18000 + (abs(hash(str(tmp_path))) % 2000)
     log = (tmp_path / "server.log").open("wb")
     proc = subprocess.Popen(
@@ -135,10 +147,7 @@ def test_the_tokenizer_gives_llamacpps_token_ids(
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
             _wait_ready(client, proc)
-            for text in texts:
-                theirs = client.post("/tokenize", json={"content": text, "parse_special": True})
-                ours = tokenizer.encode(text, add_special_tokens=False).ids
-                assert ours == theirs.json()["tokens"], text
+            yield client
     finally:
         proc.kill()
         proc.wait(10)
@@ -257,22 +266,10 @@ def test_sglang_renders_the_prompts_as_llama_cpp_applies_the_chat_template(
     rendering = engine.render(str(smollm2_hf), conversations)
     assert rendering.kind == "chat-template" and rendering.texts is not None
     assert rendering.how.endswith("chat template (transformers 5.12.1)")
-    port = 18000 + (abs(hash(str(tmp_path))) % 2000)
-    log = (tmp_path / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [str(llama_server), "-m", str(BASE), "--port", str(port), "-t", "1", "-c", "512"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            _wait_ready(client, proc)
-            for messages, text in zip(conversations, rendering.texts, strict=True):
-                theirs = client.post("/apply-template", json={"messages": messages}).json()
-                assert text == theirs["prompt"], messages[-1]["content"][:40]
-    finally:
-        proc.kill()
-        proc.wait(10)
-        log.close()
+    with smollm2_server(llama_server, tmp_path) as client:
+        for messages, text in zip(conversations, rendering.texts, strict=True):
+            theirs = client.post("/apply-template", json={"messages": messages}).json()
+            assert text == theirs["prompt"], messages[-1]["content"][:40]
     assert rendering.texts[0].endswith("<|im_start|>assistant\n")
     bare = tmp_path / "no-template"
     shutil.copytree(smollm2_hf, bare, ignore=shutil.ignore_patterns("*.safetensors"))

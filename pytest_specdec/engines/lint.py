@@ -17,6 +17,7 @@ import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
@@ -159,18 +160,35 @@ def lint_by_help(args: Sequence[str], help_argv: Sequence[str]) -> list[Finding]
     return unknown_flags(args, flags_in_help(help_text(help_argv)))
 
 
-def sglang_probe(python: str, argv: Sequence[str], timeout: float = 120.0) -> dict[str, object]:
+class ScriptFailed(RuntimeError):
+    """A script run in another interpreter did not finish: why (the exception, or the last
+    line it wrote to stderr)."""
+
+
+def run_script(
+    python: str, code: str, args: Sequence[str], stdin: str | None = None, timeout: float = 120.0
+) -> Any:
+    """Run ``code`` in the interpreter ``python`` (an engine's, e.g. SGLang's) and read the JSON
+    of the last line it prints."""
     try:
         proc = subprocess.run(
-            [python, "-c", _SGLANG_PROBE, json.dumps(list(argv))],
-            capture_output=True, text=True, timeout=timeout, check=False,
+            [python, "-c", code, *args], input=stdin, capture_output=True, text=True,
+            timeout=timeout, check=False,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LintUnavailable(f"cannot run SGLang's parser with {python}: {exc}") from exc
+        raise ScriptFailed(str(exc)) from exc
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise LintUnavailable(f"SGLang's parser failed to load with {python}: {tail}")
-    data: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise ScriptFailed((proc.stderr.strip().splitlines() or ["no output"])[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def sglang_probe(python: str, argv: Sequence[str], timeout: float = 120.0) -> dict[str, object]:
+    try:
+        data: dict[str, object] = run_script(
+            python, _SGLANG_PROBE, [json.dumps(list(argv))], timeout=timeout
+        )
+    except ScriptFailed as exc:
+        raise LintUnavailable(f"SGLang's parser failed to load with {python}: {exc}") from exc
     return data
 
 

@@ -34,7 +34,7 @@ from pytest_specdec.engines.base import (
     stream_chat,
     write_private,
 )
-from pytest_specdec.engines.lint import Finding, lint_sglang
+from pytest_specdec.engines.lint import Finding, ScriptFailed, lint_sglang, run_script
 from pytest_specdec.measure.client import RequestFailed, get, stream_sse
 
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
@@ -164,19 +164,14 @@ class SGLangEngine(EngineBase):
             return super().render(model, conversations)
         python = _python(self.settings)
         try:
-            proc = subprocess.run(
-                [python, "-c", _RENDER, model], input=json.dumps(conversations),
-                capture_output=True, text=True, timeout=RENDER_TIMEOUT_S, check=False,
-            )  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise EngineNotInstalled(f"cannot render the prompts with {python}: {exc}") from exc
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise EngineNotInstalled(
-                f"cannot render the prompts with {model}'s chat template in {python}: {tail}; "
-                'give it a tokenizer transformers can load, or set [engines.sglang] api = "chat"'
+            found = run_script(
+                python, _RENDER, [model], json.dumps(conversations), timeout=RENDER_TIMEOUT_S
             )
-        found = json.loads(proc.stdout.strip().splitlines()[-1])
+        except ScriptFailed as exc:
+            raise EngineNotInstalled(
+                f"cannot render the prompts with {model}'s chat template in {python}: {exc}; "
+                'give it a tokenizer transformers can load, or set [engines.sglang] api = "chat"'
+            ) from exc
         version = f"transformers {found['transformers']}"
         if found["texts"] is None:
             return Rendering(
