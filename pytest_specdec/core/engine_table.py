@@ -137,13 +137,17 @@ class EngineTable:
         adapter that failed to import is kept in (unless ``loaded_only``), so that a config
         naming it parses and the run that uses it is told why it cannot (``factory``
         raises)."""
-        broken = self.load_errors()
-        return tuple(
-            n
-            for n in self.names()
-            if (n in broken and not loaded_only)
-            or (n not in broken and getattr(self.factory(n), "speculative_configs", True))
-        )
+        out = []
+        for name in self.names():
+            try:
+                factory = self.factory(name)
+            except EngineLoadError:
+                if not loaded_only:
+                    out.append(name)
+                continue
+            if getattr(factory, "speculative_configs", True):
+                out.append(name)
+        return tuple(out)
 
 
 ENGINE_TABLE = EngineTable()

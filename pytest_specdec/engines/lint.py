@@ -90,7 +90,7 @@ def sglang_advice(argv: Sequence[str]) -> list[Finding]:
     EAGLE3) whose draft attention backend is fa3 runs its draft-extend step eagerly, outside a
     CUDA graph; on an H200 that step took 3 to 12 ms per verify step depending on where the
     prompt's KV landed, so decode speed moved 5-16% between placements and boots."""
-    algorithm = (_algorithm(argv) or "").upper()
+    algorithm = (_value(argv, "--speculative-algorithm") or "").upper()
     if algorithm not in EAGLE_FAMILY:
         return []
     draft = _value(argv, DRAFT_BACKEND_FLAG) or _value(argv, "--attention-backend")
@@ -192,15 +192,6 @@ def sglang_probe(python: str, argv: Sequence[str], timeout: float = 120.0) -> di
     return data
 
 
-def _algorithm(argv: Sequence[str]) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == "--speculative-algorithm" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--speculative-algorithm="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def lint_sglang(python: str, argv: Sequence[str]) -> list[Finding]:
     """Findings for SGLang launch args (without ``python -m sglang.launch_server``)."""
     data = sglang_probe(python, argv)
@@ -216,7 +207,7 @@ def lint_sglang(python: str, argv: Sequence[str]) -> list[Finding]:
             Finding("(parse)", f"SGLang's parser rejected the command line: {data['error']}")
         )
     algorithms = data.get("algorithms")
-    name = _algorithm(argv)
+    name = _value(argv, "--speculative-algorithm")
     if name and isinstance(algorithms, list):
         known = {str(a) for a in algorithms} | {"NEXTN"}
         if name.upper() not in known:

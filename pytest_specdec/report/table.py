@@ -43,8 +43,10 @@ def table_rows(
     records: Sequence[ConfigRecord],
     prompts: Sequence[str],
     rooflines: Mapping[str, Mapping[str, Any] | None] | None = None,
+    decodes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[list[str]]:
-    """Rows of the throughput table; a roofline column when any config has a share."""
+    """Rows of the throughput table; a roofline column when any config has a share.
+    ``decodes``: each config's decode summary, where the caller has it already."""
     roof = rooflines or {}
     with_roof = any((r or {}).get("share") is not None for r in roof.values())
     head = ["config", *prompts, "geomean", "decode", *(["decode (roofline)"] if with_roof else [])]
@@ -58,7 +60,8 @@ def table_rows(
         cells = config_cells(rec, prompts)
         geo = suite_geomean(cells)
         geo_text = f"{geo:.1f}" if geo else "-"
-        decode = decode_summary(rec.to_dict(), prompts)["tok_per_s"]
+        summary = (decodes or {}).get(rec.name) or decode_summary(rec.to_dict(), prompts)
+        decode = summary["tok_per_s"]
         decode_text = f"{decode:.1f}" if decode else "-"
         rows.append([rec.name, *(_cell(cells[p]) for p in prompts), geo_text, decode_text, *tail])
     return rows
@@ -106,13 +109,14 @@ def terminal_summary(
     """Lines for pytest's terminal summary."""
     if not records:
         return []
+    decodes = {n: decode_summary(r.to_dict(), prompts) for n, r in records.items()}
     out = [
         "output tok/s: mean ±95% CI half-width over measured runs; aN = mean accept length "
         "(tokens per verify step) where the engine reports it; geomean: the suite score; "
         "decode: geometric mean over the prompts that decode of 1 / median TPOT",
-        render_table(table_rows(list(records.values()), prompts, rooflines)),
+        render_table(table_rows(list(records.values()), prompts, rooflines, decodes)),
         *roofline_lines(rooflines or {}),
-        *short_lines({n: decode_summary(r.to_dict(), prompts) for n, r in records.items()}),
+        *short_lines(decodes),
     ]
     for rec in records.values():
         sweep = rec.extra.get("concurrency")
