@@ -46,6 +46,8 @@ ALGORITHMS = {  # the suite's presets (pytest_specdec/presets/sglang.toml)
     "ngram": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"],
     "eagle3": ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
                "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
+    "dflash-b16": ["--speculative-algorithm", "DFLASH", "--speculative-num-draft-tokens", "16",
+                   "--speculative-dflash-block-size", "16"],
     "baseline": [],
 }  # fmt: skip
 SUITE_ARGS = [
@@ -242,7 +244,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default=sys.executable, help="an interpreter with SGLang")
     parser.add_argument("--target", required=True)
-    parser.add_argument("--draft", default=None, help="the draft model (standalone-d16)")
+    parser.add_argument(
+        "--draft", default=None, help="the draft model (standalone-d16, eagle3, dflash-b16)"
+    )
     parser.add_argument("--setting", action="append", default=[],
                         help="NAME=FLAG,VALUE,...: extra SGLang flags of one boot")  # fmt: skip
     parser.add_argument("--shifts", type=lambda s: [int(x) for x in s.split(",")],

@@ -76,7 +76,8 @@ WORKLOAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--specdec-ignore-eos",
      dict(action="store_true",
           help="decode exactly --specdec-max-tokens tokens per request, past the end of the "
-          "answer (ignore_eos; for engines that honour it: llama.cpp, SGLang, vLLM)")),
+          "answer (ignore_eos; for engines that honour it: llama.cpp, SGLang, vLLM); a suite "
+          "file turns it on for its runs with [suite] ignore_eos = true")),
     ("--specdec-no-warmup",
      dict(action="store_true", help="skip the warmup pass over every prompt")),
 ]  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from pytest_specdec.core.configs import ConfigError, SpecConfig, load_registry, split_names
-from pytest_specdec.core.engine_table import ENGINE_TABLE, EngineTableError
+from pytest_specdec.core.engine_table import ENGINE_TABLE, EngineLoadError, EngineTableError
 from pytest_specdec.core.suitefile import load_suite_settings, with_engine_args
 from pytest_specdec.core.workers import WorkerLedger
 from pytest_specdec.core.workloads import WorkloadError, load_workload
@@ -128,8 +128,10 @@ class SpecdecState:
                 "entry-point group pytest_specdec.engines, or through the "
                 "pytest_specdec_engines hook)"
             )
-        if engine in ENGINE_TABLE.load_errors():
-            raise ConfigError(ENGINE_TABLE.load_errors()[engine])
+        try:
+            ENGINE_TABLE.factory(engine)
+        except EngineLoadError as exc:  # named, with its distribution and the fix
+            raise ConfigError(str(exc)) from None
         self.registry = load_registry(files, default_engine=engine if engine != "openai" else None)
         names = split_names(getopt("--spec-config")) or ["baseline"]
         reference = getopt("--specdec-reference")
@@ -193,7 +195,7 @@ class SpecdecState:
             min_delta=getopt("--specdec-min-delta"),
             accept_delta=getopt("--specdec-accept-delta"),
             temperature=getopt("--specdec-temperature"),
-            ignore_eos=getopt("--specdec-ignore-eos"),
+            ignore_eos=getopt("--specdec-ignore-eos") or self.suite.ignore_eos,
             top_p=getopt("--specdec-top-p"),
             seed=getopt("--specdec-seed"),
             lint=not getopt("--specdec-no-lint"),

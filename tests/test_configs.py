@@ -145,6 +145,12 @@ def test_suite_file_errors(tmp_path: Path) -> None:
     path.write_text("[sweet]\n")
     with pytest.raises(ConfigError, match="unknown table"):
         load_suite_settings(path)
+    path.write_text('[suite]\nignore_eos = "yes"\n')
+    with pytest.raises(ConfigError, match=r"\[suite\] ignore_eos = 'yes': write true or false"):
+        load_suite_settings(path)
+    path.write_text("[suite]\nignore_eos = true\n")
+    assert load_suite_settings(path).ignore_eos is True
+    assert load_suite_settings(REPO / "suites" / "specdec.toml").ignore_eos is False
 
 
 def test_model_paths_resolve(tmp_path: Path) -> None:

@@ -362,7 +362,8 @@ def test_short_outputs_are_named_and_left_out_of_the_decode_score_unless_eos_is_
     suite_project: pytest.Pytester, models: dict[str, Path]
 ) -> None:
     """SmolLM2 answers the arithmetic prompt in well under 128 tokens: at a limit of 256 it is
-    named as short and only json_parse makes the decode score; with --specdec-ignore-eos every
+    named as short and only json_parse makes the decode score; with ignore_eos (here from the
+    suite file's [suite] table; --specdec-ignore-eos does the same from the command line) every
     request decodes exactly 256 tokens and both prompts count."""
     args = ("suites/test_throughput.py", "--spec-config", "baseline", "--specdec-runs", "1",
             "--specdec-no-warmup", "--specdec-max-tokens", "256", "-k", "arithmetic or json_parse",
@@ -380,9 +381,10 @@ def test_short_outputs_are_named_and_left_out_of_the_decode_score_unless_eos_is_
         ["baseline: short outputs, left out of the decode score*: arithmetic * of 256 tokens"]
     )
     full = suite_project.path / "f.json"
-    again = suite_project.runpytest_subprocess(
-        *args, "--specdec-ignore-eos", "--specdec-results", str(full)
-    )
+    suite_file = suite_project.path / "suites" / "specdec.toml"
+    text = suite_file.read_text()
+    suite_file.write_text(text.replace("[suite]\n", "[suite]\nignore_eos = true\n", 1))
+    again = suite_project.runpytest_subprocess(*args, "--specdec-results", str(full))
     assert again.ret == pytest.ExitCode.OK, again.stdout.str()
     (cfg,) = _results(full)["configs"]
     assert {r["prompt"]: r["output_tokens"] for r in cfg["runs"]} == {

@@ -111,8 +111,10 @@ def test_presets_are_exactly_the_shipped_ones() -> None:
             "dflash-b16",
             "eagle3",
             "ngram",
+            "standalone-chain-b16",
             "standalone-d16",
             "standalone-d4",
+            "standalone-tree-b15",
         ],
         "vllm": ["baseline", "dflash-b16", "eagle3", "ngram"],
     }

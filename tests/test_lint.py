@@ -99,7 +99,10 @@ def _sglang_spec(cfg_name: str, python: str, extra: tuple[str, ...] = ()) -> tup
     return engine, engine.build_command(BootContext(cfg, "org/target", draft, "127.0.0.1", 30000))
 
 
-UPSTREAM = ["baseline", "dflash-b16", "eagle3", "ngram", "standalone-d4", "standalone-d16"]
+UPSTREAM = [
+    "baseline", "dflash-b16", "eagle3", "ngram", "standalone-d4", "standalone-d16",
+    "standalone-tree-b15", "standalone-chain-b16",
+]  # fmt: skip
 
 
 DRAFT_EXTEND_EAGER = {"eagle3", "standalone-d4", "standalone-d16"}  # fa3 by default

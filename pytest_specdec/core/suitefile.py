@@ -5,6 +5,7 @@
     [suite]
     engine = "llamacpp"          # default for --specdec-engine
     workload = "seed"            # default for --specdec-workload
+    ignore_eos = false           # true: every request decodes --specdec-max-tokens tokens
 
     [models.llamacpp]
     target = "~/.cache/pytest-specdec/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -67,6 +68,7 @@ class EngineSettings:
 class SuiteSettings:
     engine: str = "llamacpp"
     workload: str = "seed"
+    ignore_eos: bool = False
     models: Mapping[str, ModelSet] = field(default_factory=dict)
     engines: Mapping[str, EngineSettings] = field(default_factory=dict)
     path: Path | None = None
@@ -179,9 +181,16 @@ def load_suite_settings(path: Path | None) -> SuiteSettings:
     suite = _table(doc, "suite", where)
     engine = suite.get("engine", "llamacpp")
     _check_engine(engine, f"{where} [suite] engine")
+    ignore_eos = suite.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise ConfigError(
+            f"{where} [suite] ignore_eos = {ignore_eos!r}: write true or false (true decodes "
+            "--specdec-max-tokens tokens per request, past the end of the answer)"
+        )
     return SuiteSettings(
         engine=engine,
         workload=str(suite.get("workload", "seed")),
+        ignore_eos=ignore_eos,
         models=_models(doc, where, path.parent),
         engines=_engines(doc, where),
         path=path,
