@@ -78,6 +78,11 @@ WORKLOAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
           help="decode exactly --specdec-max-tokens tokens per request, past the end of the "
           "answer (ignore_eos; for engines that honour it: llama.cpp, SGLang, vLLM); a suite "
           "file turns it on for its runs with [suite] ignore_eos = true")),
+    ("--specdec-score",
+     dict(choices=("e2e", "decode"), default=None,
+          help="what the verdicts judge: e2e, each request's output tok/s (time to first token "
+          "included; the default), or decode, its decode tok/s (1 / TPOT); a suite file sets it "
+          "with [suite] score; kept in the baseline key")),
     ("--specdec-no-warmup",
      dict(action="store_true", help="skip the warmup pass over every prompt")),
 ]  # fmt: skip

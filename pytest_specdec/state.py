@@ -196,6 +196,7 @@ class SpecdecState:
             accept_delta=getopt("--specdec-accept-delta"),
             temperature=getopt("--specdec-temperature"),
             ignore_eos=getopt("--specdec-ignore-eos") or self.suite.ignore_eos,
+            score=getopt("--specdec-score") or self.suite.score,
             top_p=getopt("--specdec-top-p"),
             seed=getopt("--specdec-seed"),
             lint=not getopt("--specdec-no-lint"),

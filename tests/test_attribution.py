@@ -16,10 +16,12 @@ from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.verdict.gate import adjust
 from pytest_specdec.verdict.judge import attribute, engine_env_change, judge_baseline
+from pytest_specdec.verdict.sessions import update_baseline, with_score
 from pytest_specdec.verdict.stats import Outcome, Verdict, VerdictPolicy
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "docs" / "gpu-run"
+BOOTS = RUNS / "sglang-boots"  # SGLang with the draft attention in Triton: three plain boots
 
 
 def verdict(outcome: Outcome, ratio: float) -> Verdict:
@@ -91,14 +93,17 @@ def test_environment_change_against_the_latest_baseline_session() -> None:
     assert engine_env_change({}, config) is None  # an older baseline recorded none
 
 
+# The SGLang baselines as they stood before the draft attention moved to Triton (the runs
+# named h200-sglang-* were judged against these; baselines/ now holds the later ones).
+FA3_BASELINES = RUNS / "sglang-fa3-baselines"
+
+
 def judged(name: str, allow_mismatch: bool = False, prefix: str = "h200-memory-bound") -> list[Any]:
     """The run's verdicts again, as the plugin made them: Holm across the run's configs."""
     doc = json.loads((RUNS / f"{prefix}-{name}.json").read_text())
     policy = VerdictPolicy()
-    found = [
-        judge_baseline(doc, cfg, REPO / "baselines", policy, allow_mismatch)
-        for cfg in doc["configs"]
-    ]
+    root = FA3_BASELINES if prefix == "h200-sglang" else REPO / "baselines"
+    found = [judge_baseline(doc, cfg, root, policy, allow_mismatch) for cfg in doc["configs"]]
     return adjust(found, policy)
 
 
@@ -136,11 +141,11 @@ def test_sglang_worse_drafter_with_cheaper_steps_is_the_drafter() -> None:
 
 
 def first_sessions_only(tmp_path: Path, keep: int) -> Path:
-    """The committed baselines as they stood when they held ``keep`` sessions."""
-    for path in (REPO / "baselines").rglob("*.json"):
+    """The SGLang baselines of the fa3 runs as they stood when they held ``keep`` sessions."""
+    for path in FA3_BASELINES.rglob("*.json"):
         doc = json.loads(path.read_text())
         doc["sessions"] = doc["sessions"][:keep]
-        out = tmp_path / path.relative_to(REPO / "baselines")
+        out = tmp_path / path.relative_to(FA3_BASELINES)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc))
     return tmp_path
@@ -193,3 +198,43 @@ def test_explain_keeps_the_cause_after_holm_adjustment() -> None:
     (j,) = judged("slower-verify")
     adjusted = replace(j, suite=replace(j.suite, p_adjusted=0.02)).explain()
     assert adjusted.message.endswith("got slower: not the drafter")
+
+
+def boot(name: str, score: str) -> dict[str, Any]:
+    return with_score(json.loads((BOOTS / f"h200-{name}.json").read_text()), score)
+
+
+def stored(tmp_path: Path, names: list[str], score: str) -> Path:
+    """A baseline store holding these boots' sessions, on ``score``."""
+    root = tmp_path / score
+    for name in names:
+        doc = boot(name, score)
+        for config in doc["configs"]:
+            update_baseline(doc, config, root)
+    return root
+
+
+def standalone(doc: dict[str, Any], root: Path) -> Any:
+    (config,) = [c for c in doc["configs"] if c["name"] == "standalone-d16"]
+    return judge_baseline(doc, config, root, VerdictPolicy())
+
+
+def test_sglang_decode_score_gates_a_5_percent_verify_slowdown_and_not_a_reboot(
+    tmp_path: Path,
+) -> None:
+    """SGLang 0.5.17 on an H200, standalone-d16 with the draft attention in Triton, three boots
+    with nothing changed and one with ~5% more GPU time in every target verify pass. Decode
+    tok/s repeated within 0.2% from boot to boot; the end-to-end score moved 2-3% with the time
+    to first token. On the decode score a reboot is UNCHANGED and the injected slowdown is
+    REGRESSED, kernel side; on the end-to-end score the same reboot is left undecided."""
+    decode = stored(tmp_path, ["session", "rerun"], "decode")
+    again = standalone(boot("rerun2", "decode"), decode)
+    assert again.outcome == "UNCHANGED" and again.against == "baseline (2 sessions)", again.message
+    assert again.suite is not None and abs(again.suite.ratio - 1) < 0.005
+    slower = standalone(boot("inject-verify", "decode"), decode)
+    assert slower.outcome == "REGRESSED" and slower.cause == "kernel", slower.message
+    assert slower.suite is not None and slower.suite.ratio == pytest.approx(0.947, abs=0.003)
+    assert slower.score == "decode" and "accept length +0.0%" in slower.message
+    e2e = standalone(boot("rerun", "e2e"), stored(tmp_path, ["session"], "e2e"))
+    assert e2e.outcome == "INCONCLUSIVE", e2e.message
+    assert e2e.suite is not None and e2e.suite.ratio == pytest.approx(0.972, abs=0.003)

@@ -21,7 +21,7 @@ from pytest_specdec.verdict.baselines import (
 )
 from pytest_specdec.verdict.gate import adjust, failures, not_gating
 from pytest_specdec.verdict.judge import MISMATCH, NO_BASELINE, judge_baseline, judge_reference
-from pytest_specdec.verdict.sessions import update_baseline
+from pytest_specdec.verdict.sessions import empty_prompts, prompt_runs, update_baseline, with_score
 from pytest_specdec.verdict.stats import Outcome, VerdictPolicy
 
 PROMPTS = ["code", "prose"]
@@ -150,6 +150,34 @@ def test_how_the_requests_were_made_is_part_of_the_key(tmp_path: Path) -> None:
     chat = results_doc({"base": {"code": 100, "prose": 80}})
     chat["configs"][0]["extra"]["prompt_rendering"] = {"kind": "chat-endpoint", "how": "c"}
     assert judge_baseline(chat, chat["configs"][0], tmp_path, POLICY).status != MISMATCH
+
+
+def test_a_decode_score_reads_tpot_and_keys_its_baseline_apart(tmp_path: Path) -> None:
+    """Judged on decode tok/s, a run counts as 1 / TPOT (a one-token output has none and is
+    left out, named); the score joins the key, so e2e and decode sessions never mix."""
+    doc = results_doc({"base": {"code": 100, "prose": 80}}, runs=2)
+    runs = doc["configs"][0]["runs"]
+    for run, tpot in zip(runs, (0.01, 0.02, None, 0.025), strict=True):
+        run["tpot_s"] = tpot
+    assert prompt_runs(doc["configs"][0], PROMPTS, score="decode") == {
+        "code": [pytest.approx(100.0), pytest.approx(50.0)],
+        "prose": [pytest.approx(40.0)],
+    }
+    one_token = {"code": [], "prose": [40.0]}
+    assert "with a TPOT (two output tokens or more) for code" in str(
+        empty_prompts(one_token, "decode")
+    )
+    assert empty_prompts(one_token) == "no successful measured runs for code"
+    decode = with_score(doc, "decode")
+    assert key_for(decode, decode["configs"][0])["protocol"] == {"score": "decode"}
+    assert doc["options"].get("score") is None  # a copy: the document itself is untouched
+    with pytest.raises(ValueError, match="score 'fast': choose one of e2e, decode"):
+        with_score(doc, "fast")
+    for run in runs:
+        run["tpot_s"] = 0.01
+    update_baseline(decode, decode["configs"][0], tmp_path)
+    judged = judge_baseline(doc, doc["configs"][0], tmp_path, POLICY)
+    assert judged.status == MISMATCH and "protocol: {'score': 'decode'} → None" in judged.message
 
 
 def test_engine_version_is_tracked_not_refused(tmp_path: Path) -> None:

@@ -151,6 +151,11 @@ def test_suite_file_errors(tmp_path: Path) -> None:
     path.write_text("[suite]\nignore_eos = true\n")
     assert load_suite_settings(path).ignore_eos is True
     assert load_suite_settings(REPO / "suites" / "specdec.toml").ignore_eos is False
+    path.write_text('[suite]\nscore = "tokens"\n')
+    with pytest.raises(ConfigError, match=r"\[suite\] score = 'tokens': write \"e2e\""):
+        load_suite_settings(path)
+    gpu = load_suite_settings(REPO / "suites" / "specdec-gpu.toml")
+    assert (gpu.score, gpu.ignore_eos) == ("decode", True)
 
 
 def test_model_paths_resolve(tmp_path: Path) -> None:

@@ -396,6 +396,45 @@ def test_short_outputs_are_named_and_left_out_of_the_decode_score_unless_eos_is_
     assert "short outputs" not in again.stdout.str()
 
 
+def test_a_decode_score_baseline_stores_decode_rates_and_is_kept_apart_from_e2e(
+    two_prompt_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    """--specdec-score decode: the verdict says so, the baseline stores each run's 1 / TPOT
+    (not its output tok/s) under a key that names the score, and an end-to-end run is refused
+    against it, naming what differs."""
+    args = ("suites/test_throughput.py", "--spec-config", "baseline", "--specdec-workload",
+            "two.jsonl", "--specdec-runs", "2", "--specdec-no-warmup", "--specdec-baseline-dir",
+            "bl", *FAST)  # fmt: skip
+    out = two_prompt_project.path / "d.json"
+    first = two_prompt_project.runpytest_subprocess(
+        *args, "--specdec-score", "decode", "--specdec-update-baselines", "--specdec-results",
+        str(out),
+    )  # fmt: skip
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    data = _results(out)
+    assert data["options"]["score"] == "decode"
+    (path,) = (two_prompt_project.path / "bl").rglob("baseline--*.json")
+    stored = json.loads(path.read_text())
+    assert stored["key"]["protocol"] == {"score": "decode"}
+    (session,) = stored["sessions"]
+    runs = [r for r in data["configs"][0]["runs"] if r["phase"] == "measure"]
+    for prompt in ("count", "story"):
+        decode = [1 / r["tpot_s"] for r in runs if r["prompt"] == prompt]
+        e2e = [r["tok_per_s"] for r in runs if r["prompt"] == prompt]
+        assert session["prompts"][prompt]["runs"] == pytest.approx(decode)
+        assert decode != pytest.approx(e2e)  # time to first token is left out
+    # one stored session makes the verdict provisional: reported, whatever it says
+    on_decode = ("--specdec-score", "decode", "--specdec-provisional", "report")
+    again = two_prompt_project.runpytest_subprocess(*args, *on_decode)
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str()
+    again.stdout.fnmatch_lines(["verdicts (suite score = geometric mean over prompts of decode*"])
+    e2e_run = two_prompt_project.runpytest_subprocess(*args)
+    assert e2e_run.ret == pytest.ExitCode.TESTS_FAILED, e2e_run.stdout.str()
+    e2e_run.stdout.fnmatch_lines(
+        ["*measured under another key*protocol: {'score': 'decode'} → None*"]
+    )
+
+
 SYNTHETIC = """
 [configs.synthetic]
 engine = "llamacpp"

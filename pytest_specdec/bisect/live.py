@@ -143,7 +143,8 @@ class LiveMeasurer:
         record = steps.records.get(steps.configs[0].name) if steps is not None else None
         if steps is None or record is None:
             return []
-        return suite_session_logs(record.to_dict(), [p.id for p in steps.workload.prompts])
+        prompts = [p.id for p in steps.workload.prompts]
+        return suite_session_logs(record.to_dict(), prompts, steps.settings.score)
 
     def end_step(self) -> None:
         if any(s is not None for s in self.steps.values()):

@@ -22,13 +22,15 @@ from pytest_specdec.verdict.baselines import BaselineError, load_baseline
 from pytest_specdec.verdict.gate import adjust, failures, not_gating
 from pytest_specdec.verdict.history import HistoryUnavailable
 from pytest_specdec.verdict.judge import judge_reference
-from pytest_specdec.verdict.sessions import update_baseline
+from pytest_specdec.verdict.sessions import SCORES, update_baseline, with_score
 from pytest_specdec.verdict.stats import VerdictPolicy
+
+SCORE_CHOICES = tuple(SCORES)
 
 
 def baseline_update(args: argparse.Namespace) -> int:
     """Append every config of a results file to its baseline; exit 1 if any was refused."""
-    results = load_results(args.results)
+    results = with_score(load_results(args.results), args.score)
     status = 0
     for cfg in results["configs"]:
         try:
@@ -66,7 +68,7 @@ def baseline_show(args: argparse.Namespace) -> int:
 
 def compare(args: argparse.Namespace) -> int:
     """The verdict engine on two results files: each config of NEW against the same in OLD."""
-    old, new = load_results(args.old), load_results(args.new)
+    old, new = load_results(args.old), with_score(load_results(args.new), args.score)
     old_hash, new_hash = (d["workload"].get("sha256") for d in (old, new))
     if old_hash != new_hash:
         print(f"specdec: error: the workloads differ (sha256 {old_hash} vs {new_hash}): "
@@ -148,6 +150,9 @@ def add_commands(sub: Any) -> None:
     upd = base.add_parser("update", help="append a results file's sessions to the baselines")
     upd.add_argument("results", type=Path)
     upd.add_argument("--allow-mismatch", action="store_true")
+    upd.add_argument("--score", choices=SCORE_CHOICES, default=None,
+                     help="store each run's e2e or decode tok/s (default: what the results "
+                     "file was judged on); the score is part of the baseline key")  # fmt: skip
     upd.set_defaults(func=baseline_update)
     show = base.add_parser("show", help="list baseline files and their history")
     show.set_defaults(func=baseline_show)
@@ -174,6 +179,9 @@ def add_commands(sub: Any) -> None:
         default="gate",
         help="provisional verdicts (one session a side) fail like final ones, or are reported",
     )
+    cmp.add_argument("--score", choices=SCORE_CHOICES, default=None,
+                     help="judge each run's e2e or decode tok/s (default: what NEW was judged "
+                     "on)")  # fmt: skip
     cmp.set_defaults(func=compare)
 
     rep = sub.add_parser("report", help="Markdown, charts, pytest-benchmark JSON, merge")

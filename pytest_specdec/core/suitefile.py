@@ -6,6 +6,7 @@
     engine = "llamacpp"          # default for --specdec-engine
     workload = "seed"            # default for --specdec-workload
     ignore_eos = false           # true: every request decodes --specdec-max-tokens tokens
+    score = "e2e"                # default for --specdec-score: "e2e" or "decode"
 
     [models.llamacpp]
     target = "~/.cache/pytest-specdec/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -69,6 +70,7 @@ class SuiteSettings:
     engine: str = "llamacpp"
     workload: str = "seed"
     ignore_eos: bool = False
+    score: str = "e2e"
     models: Mapping[str, ModelSet] = field(default_factory=dict)
     engines: Mapping[str, EngineSettings] = field(default_factory=dict)
     path: Path | None = None
@@ -187,10 +189,17 @@ def load_suite_settings(path: Path | None) -> SuiteSettings:
             f"{where} [suite] ignore_eos = {ignore_eos!r}: write true or false (true decodes "
             "--specdec-max-tokens tokens per request, past the end of the answer)"
         )
+    score = suite.get("score", "e2e")
+    if score not in ("e2e", "decode"):
+        raise ConfigError(
+            f'{where} [suite] score = {score!r}: write "e2e" (each request\'s output tok/s) or '
+            '"decode" (its decode tok/s, 1 / TPOT)'
+        )
     return SuiteSettings(
         engine=engine,
         workload=str(suite.get("workload", "seed")),
         ignore_eos=ignore_eos,
+        score=score,
         models=_models(doc, where, path.parent),
         engines=_engines(doc, where),
         path=path,

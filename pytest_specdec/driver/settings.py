@@ -42,6 +42,7 @@ class RunSettings:
     top_p: float | None = None
     seed: int | None = None  # request i of a prompt is sent seed + i
     ignore_eos: bool = False  # decode max_tokens tokens per request, past the answer's end
+    score: str = "e2e"  # what the verdicts judge: verdict/sessions.SCORES
     lint: bool = True
     sessions: int = 1
     adaptive: bool = False

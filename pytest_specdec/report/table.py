@@ -169,7 +169,9 @@ def verdict_lines(judgements: Sequence[Judgement]) -> list[str]:
         return []
     header = ["config", "verdict", "ratio [90% CI]", "p raw / Holm", "MDE", "accept Δ"]
     header += ["accept verdict", "cause", "against"]
-    out = ["verdicts (suite score = geometric mean over prompts):"]
+    scores = {j.score for j in judgements}
+    what = " of decode tok/s, 1 / TPOT" if scores == {"decode"} else ""
+    out = [f"verdicts (suite score = geometric mean over prompts{what}):"]
     out.append(render_table([header, *(_verdict_row(j) for j in judgements)]))
     for j in judgements:
         out.append(f"{j.config}: {j.message}")

@@ -111,13 +111,17 @@ def key_for(results: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, 
 
 
 def protocol_of(results: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """How the requests were made, where not the default: every request decoded past its end
-    (``--specdec-ignore-eos``), prompts sent as text rendered by the harness (``chat-template``
-    or ``plain``) instead of through a chat endpoint. None by default, so that keys stored
+    """How the requests were made and read, where not the default: every request decoded past
+    its end (``--specdec-ignore-eos``), prompts sent as text rendered by the harness
+    (``chat-template`` or ``plain``) instead of through a chat endpoint, runs judged on their
+    decode tok/s (``--specdec-score decode``). None by default, so that keys stored
     before these choices existed still match."""
     out: dict[str, Any] = {}
-    if (results.get("options") or {}).get("ignore_eos"):
+    options = results.get("options") or {}
+    if options.get("ignore_eos"):
         out["ignore_eos"] = True
+    if options.get("score") == "decode":  # sessions of decode tok/s are never mixed with e2e
+        out["score"] = "decode"
     rendering = (config.get("extra") or {}).get("prompt_rendering") or {}
     if rendering.get("kind") in ("chat-template", "plain"):
         out["prompt_rendering"] = rendering["kind"]

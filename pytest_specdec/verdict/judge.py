@@ -31,6 +31,7 @@ from pytest_specdec.verdict.sessions import (
     by_session,
     empty_prompts,
     prompt_runs,
+    score_of,
     session_means,
     suite_runs,
     unmeasured_prompts,
@@ -66,6 +67,7 @@ class Judgement:
     cause: str | None = None  # drafter | kernel | both | target | speculation (see attribute)
     cause_text: str | None = None
     acceptance: AcceptJudgement | None = None  # the accept-length verdict beside tok/s
+    score: str = "e2e"  # what tok/s means here: sessions.SCORES
 
     @property
     def outcome(self) -> str:
@@ -85,6 +87,7 @@ class Judgement:
             "cause": self.cause,
             "cause_text": self.cause_text,
             "acceptance": self.acceptance.to_dict() if self.acceptance else None,
+            "score": self.score,
         }
 
     def explain(self) -> Judgement:
@@ -179,17 +182,20 @@ def judge_reference(
 ) -> Judgement:
     """A/B within one run: Welch t on ln tok/s between two configs' runs."""
     prompts = workload_prompts(results)
-    new, ref = prompt_runs(config, prompts), prompt_runs(reference, prompts)
-    judgement = Judgement(config["name"], JUDGED, "", f"reference {reference['name']}")
+    score = score_of(results)
+    new = prompt_runs(config, prompts, score=score)
+    ref = prompt_runs(reference, prompts, score=score)
+    against = f"reference {reference['name']}"
+    judgement = Judgement(config["name"], JUDGED, "", against, score=score)
     partial = unmeasured_prompts(config, prompts) or unmeasured_prompts(reference, prompts)
     if partial:
         judgement.status, judgement.message = PARTIAL, partial
         return judgement
-    problem = empty_prompts(new) or empty_prompts(ref)
+    problem = empty_prompts(new, score) or empty_prompts(ref, score)
     if problem:
         judgement.status, judgement.message = UNJUDGEABLE, problem
         return judgement
-    new_s, ref_s = by_session(config, prompts), by_session(reference, prompts)
+    new_s, ref_s = by_session(config, prompts, score), by_session(reference, prompts, score)
     if len(new_s) >= 2 and len(ref_s) >= 2:  # sessions are the unit: Welch on session means
 
         def compare(a: list[list[float]], b: list[list[float]]) -> Verdict:
@@ -303,7 +309,8 @@ def judge_baseline(
 ) -> Judgement:
     """Against the stored history of this config's baseline key."""
     prompts = workload_prompts(results)
-    judgement = Judgement(config["name"], JUDGED, "", "baseline")
+    score = score_of(results)
+    judgement = Judgement(config["name"], JUDGED, "", "baseline", score=score)
     baseline = _comparable_baseline(judgement, results, config, root, allow_mismatch)
     if baseline is None:
         return judgement
@@ -311,12 +318,12 @@ def judge_baseline(
     if partial:
         judgement.status, judgement.message = PARTIAL, partial
         return judgement
-    new = prompt_runs(config, prompts)
-    problem = empty_prompts(new)
+    new = prompt_runs(config, prompts, score=score)
+    problem = empty_prompts(new, score)
     if problem:
         judgement.status, judgement.message = UNJUDGEABLE, problem
         return judgement
-    new_s = by_session(config, prompts)
+    new_s = by_session(config, prompts, score)
     judgement.prompts = {
         p: _history_verdict(
             [s[p] for s in new_s], baseline.prompt_history(p), baseline.raw_runs(p), policy

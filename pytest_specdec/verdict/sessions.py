@@ -1,6 +1,7 @@
 """A results document's config as the verdict maths sees it: measured tok/s per prompt and
-per server session, accept lengths, the suite score of each run, and the baseline entries
-those sessions become (``update_baseline`` writes them through the baseline store)."""
+per server session (end-to-end or decode, ``SCORES``), accept lengths, the suite score of
+each run, and the baseline entries those sessions become (``update_baseline`` writes them
+through the baseline store)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,47 @@ from pytest_specdec.verdict.baselines import (
 from pytest_specdec.verdict.stats import SessionSummary
 from pytest_specdec.verdict.suite import suite_values
 
+SCORES = {
+    "e2e": "output tok/s of each request (its tokens over its wall time, time to first token "
+    "included)",
+    "decode": "decode tok/s of each request (1 / TPOT: time to first token left out)",
+}
+
+
+def score_of(results: Mapping[str, Any]) -> str:
+    """What the verdicts of a results document judge (``SCORES``): its option ``score``,
+    end-to-end tok/s where it has none (documents written before the choice existed)."""
+    score = (results.get("options") or {}).get("score") or "e2e"
+    if score not in SCORES:
+        raise ValueError(f"score {score!r}: choose one of {', '.join(SCORES)}")
+    return str(score)
+
+
+def with_score(results: Mapping[str, Any], score: str | None) -> dict[str, Any]:
+    """``results`` judged on ``score`` (None: its own), a shallow copy; every run records
+    its TTFT and TPOT, so either score can be read from any results file."""
+    out = dict(results)
+    if score is not None:
+        out["options"] = {**(results.get("options") or {}), "score": score}
+    score_of(out)
+    return out
+
 
 def prompt_runs(
-    config: Mapping[str, Any], prompts: Sequence[str], session: int | None = None
+    config: Mapping[str, Any],
+    prompts: Sequence[str],
+    session: int | None = None,
+    score: str = "e2e",
 ) -> dict[str, list[float]]:
-    """Measured, successful tok/s per prompt (failed runs are errors, never numbers)."""
+    """Measured, successful values per prompt (failed runs are errors, never numbers): each
+    run's output tok/s, or with ``score="decode"`` its decode tok/s, 1 / TPOT (a run of one
+    output token has no TPOT and is left out)."""
+    if score == "decode":
+        out: dict[str, list[float]] = {p: [] for p in prompts}
+        for run in _usable(config, prompts, session):
+            if run.get("tpot_s"):
+                out[run["prompt"]].append(1.0 / float(run["tpot_s"]))
+        return out
     return _per_prompt(config, prompts, session, "tok_per_s")
 
 
@@ -37,8 +74,10 @@ def sessions_of(config: Mapping[str, Any]) -> list[int]:
     return sorted(found)
 
 
-def by_session(config: Mapping[str, Any], prompts: Sequence[str]) -> list[dict[str, list[float]]]:
-    return [prompt_runs(config, prompts, s) for s in sessions_of(config)]
+def by_session(
+    config: Mapping[str, Any], prompts: Sequence[str], score: str = "e2e"
+) -> list[dict[str, list[float]]]:
+    return [prompt_runs(config, prompts, s, score) for s in sessions_of(config)]
 
 
 def session_means(sessions: Sequence[Sequence[float]]) -> list[float]:
@@ -46,9 +85,11 @@ def session_means(sessions: Sequence[Sequence[float]]) -> list[float]:
     return [math.exp(statistics.fmean(math.log(v) for v in values)) for values in sessions]
 
 
-def suite_session_logs(config: Mapping[str, Any], prompts: Sequence[str]) -> list[float]:
+def suite_session_logs(
+    config: Mapping[str, Any], prompts: Sequence[str], score: str = "e2e"
+) -> list[float]:
     """ln of each server session's suite score (geometric mean over its runs and prompts)."""
-    scores = [runs for s in by_session(config, prompts) if (runs := suite_runs(s))]
+    scores = [runs for s in by_session(config, prompts, score) if (runs := suite_runs(s))]
     return [math.log(m) for m in session_means(scores)]
 
 
@@ -85,15 +126,23 @@ def unmeasured_prompts(config: Mapping[str, Any], prompts: Sequence[str]) -> str
     )
 
 
-def empty_prompts(runs: Mapping[str, Sequence[float]]) -> str | None:
+def empty_prompts(runs: Mapping[str, Sequence[float]], score: str = "e2e") -> str | None:
     empty = [p for p, v in runs.items() if not v]
-    return f"no successful measured runs for {', '.join(empty)}" if empty else None
+    if not empty:
+        return None
+    if score == "decode":
+        return (
+            f"no successful measured run with a TPOT (two output tokens or more) for "
+            f"{', '.join(empty)}: the decode score cannot judge them; set ignore_eos, or judge "
+            "the end-to-end score (--specdec-score e2e)"
+        )
+    return f"no successful measured runs for {', '.join(empty)}"
 
 
 def session_cells(
-    config: Mapping[str, Any], prompts: Sequence[str], session: int
+    config: Mapping[str, Any], prompts: Sequence[str], session: int, score: str = "e2e"
 ) -> dict[str, dict[str, Any]]:
-    runs = prompt_runs(config, prompts, session)
+    runs = prompt_runs(config, prompts, session, score)
     own = {"runs": [r for r in config.get("runs", []) if r.get("session", 1) == session]}
     accepts = accept_means(own, prompts)
     cells = {}
@@ -170,6 +219,7 @@ def session_entries(results: Mapping[str, Any], config: Mapping[str, Any]) -> li
     BaselineError when the config cannot give clean sessions (a failed run, a boot error, a
     prompt not measured, a prompt without a successful run)."""
     prompts = workload_prompts(results)
+    score = score_of(results)
     failed = [r for r in config.get("runs", []) if r.get("phase") == "measure" and r.get("error")]
     if config.get("error") or failed:
         raise BaselineError(
@@ -182,13 +232,13 @@ def session_entries(results: Mapping[str, Any], config: Mapping[str, Any]) -> li
         raise BaselineError(f"{config['name']}: not added to the baseline: {partial}")
     entries = []
     for session in sessions_of(config):
-        runs = prompt_runs(config, prompts, session)
-        problem = empty_prompts(runs)
+        runs = prompt_runs(config, prompts, session, score)
+        problem = empty_prompts(runs, score)
         if problem:
             raise BaselineError(f"{config['name']}: not added to the baseline: {problem}")
         scores = suite_runs(runs)
         suite = SessionSummary.from_values(scores)
-        cells = session_cells(config, prompts, session)
+        cells = session_cells(config, prompts, session, score)
         entries.append(session_entry(results, config, suite, scores, cells, session))
     return entries
 
