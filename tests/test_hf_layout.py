@@ -25,6 +25,7 @@ from pytest_specdec.core.modelfile import model_identity
 from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.engines import EngineNotInstalled, make_engine
+from pytest_specdec.engines.scripts import cache_dir
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
@@ -252,13 +253,20 @@ def test_drafters_refuse_a_target_without_config(tmp_path: Path) -> None:
 
 
 def test_sglang_renders_the_prompts_as_llama_cpp_applies_the_chat_template(
-    smollm2_hf: Path, llama_server: Path, sglang_python: str, tmp_path: Path
+    smollm2_hf: Path,
+    llama_server: Path,
+    sglang_python: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The SGLang adapter renders the prompts it sends to the native /generate endpoint with
     the model's own tokenizer and chat template, in SGLang's interpreter: for SmolLM2 the text
     is what llama-server's /apply-template makes of the same GGUF's template, for every
     prompt of the seed and multi-turn workloads; a tokenizer without a template is sent the
-    plain text and the rendering says so; through the chat endpoint nothing is rendered."""
+    plain text and the rendering says so; through the chat endpoint nothing is rendered. A
+    rendering is kept while its inputs stay the same: a tokenizer changed in place is
+    rendered anew."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     engine = make_engine("sglang", EngineSettings(python=sglang_python, api="native"))
     conversations = [
         [m.to_dict() for m in p.messages] for p in load_workload("seed,multi_turn").prompts
@@ -273,11 +281,14 @@ def test_sglang_renders_the_prompts_as_llama_cpp_applies_the_chat_template(
     assert rendering.texts[0].endswith("<|im_start|>assistant\n")
     bare = tmp_path / "no-template"
     shutil.copytree(smollm2_hf, bare, ignore=shutil.ignore_patterns("*.safetensors"))
+    kept = engine.render(str(bare), conversations[:1])
+    assert kept.kind == "chat-template" and len(list(cache_dir().glob("*.json"))) == 2
     config = json.loads((bare / "tokenizer_config.json").read_text())
     del config["chat_template"]
     (bare / "tokenizer_config.json").write_text(json.dumps(config))
     plain = engine.render(str(bare), conversations[:1])
     assert plain.kind == "plain" and plain.texts is None and "no chat template" in plain.how
+    assert engine.render(str(smollm2_hf), conversations).texts == rendering.texts
     chat = make_engine("sglang", EngineSettings(python=sglang_python, api="chat"))
     assert chat.render(str(smollm2_hf), conversations).kind == "chat-endpoint"
     with pytest.raises(EngineNotInstalled, match=r"cannot render the prompts with .*; give it"):

@@ -1,7 +1,9 @@
 """Check a config's engine flags against the installed engine before any boot.
 
 * SGLang: its real argument parser (``ServerArgs.add_cli_args``), run in the interpreter that
-  has SGLang; algorithm names are checked separately, since the parser accepts any string.
+  has SGLang (its answer kept while SGLang's version and the command line stay the same:
+  engines/scripts.py); algorithm names are checked separately, since the parser accepts any
+  string.
 * llama.cpp and vLLM: the flags their ``--help`` lists.
 
 Every unknown flag is named with the closest valid one. Besides the flags' validity, a config
@@ -17,7 +19,8 @@ import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from pytest_specdec.engines.scripts import ScriptFailed, run_script_cached
 
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
@@ -160,33 +163,12 @@ def lint_by_help(args: Sequence[str], help_argv: Sequence[str]) -> list[Finding]
     return unknown_flags(args, flags_in_help(help_text(help_argv)))
 
 
-class ScriptFailed(RuntimeError):
-    """A script run in another interpreter did not finish: why (the exception, or the last
-    line it wrote to stderr)."""
-
-
-def run_script(
-    python: str, code: str, args: Sequence[str], stdin: str | None = None, timeout: float = 120.0
-) -> Any:
-    """Run ``code`` in the interpreter ``python`` (an engine's, e.g. SGLang's) and read the JSON
-    of the last line it prints."""
-    try:
-        proc = subprocess.run(
-            [python, "-c", code, *args], input=stdin, capture_output=True, text=True,
-            timeout=timeout, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ScriptFailed(str(exc)) from exc
-    if proc.returncode != 0:
-        raise ScriptFailed((proc.stderr.strip().splitlines() or ["no output"])[-1])
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def sglang_probe(python: str, argv: Sequence[str], timeout: float = 120.0) -> dict[str, object]:
     try:
-        data: dict[str, object] = run_script(
-            python, _SGLANG_PROBE, [json.dumps(list(argv))], timeout=timeout
-        )
+        data: dict[str, object] = run_script_cached(
+            python, _SGLANG_PROBE, [json.dumps(list(argv))], timeout=timeout,
+            packages=("sglang",),
+        )  # fmt: skip
     except ScriptFailed as exc:
         raise LintUnavailable(f"SGLang's parser failed to load with {python}: {exc}") from exc
     return data

@@ -34,7 +34,8 @@ from pytest_specdec.engines.base import (
     stream_chat,
     write_private,
 )
-from pytest_specdec.engines.lint import Finding, ScriptFailed, lint_sglang, run_script
+from pytest_specdec.engines.lint import Finding, lint_sglang
+from pytest_specdec.engines.scripts import ScriptFailed, run_script_cached, tokenizer_files
 from pytest_specdec.measure.client import RequestFailed, get, stream_sse
 
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
@@ -164,9 +165,10 @@ class SGLangEngine(EngineBase):
             return super().render(model, conversations)
         python = _python(self.settings)
         try:
-            found = run_script(
-                python, _RENDER, [model], json.dumps(conversations), timeout=RENDER_TIMEOUT_S
-            )
+            found = run_script_cached(
+                python, _RENDER, [model], json.dumps(conversations), timeout=RENDER_TIMEOUT_S,
+                packages=("transformers", "tokenizers", "jinja2"), files=tokenizer_files(model),
+            )  # fmt: skip
         except ScriptFailed as exc:
             raise EngineNotInstalled(
                 f"cannot render the prompts with {model}'s chat template in {python}: {exc}; "
