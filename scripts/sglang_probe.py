@@ -432,11 +432,13 @@ def start_set(plan: Entry, result: Entry, versions: str) -> Entry:
 
 def probe(plan: Entry, python: str, torch_req: str, cache: Path, keep: bool) -> Entry:
     """The whole probe for the plan's SGLang; returns the start-set document."""
-    version = next(e["version"] for e in plan["distributions"] if canon(e["name"]) == "sglang")
+    row = next(e for e in plan["distributions"] if canon(e["name"]) == "sglang")
+    wheel = (plan.get("release") or {}).get("wheel")  # a fork's wheel, built here
+    sglang = wheel or f"sglang=={row['version']}"
     root = Path(tempfile.mkdtemp(prefix="sglang-probe-", dir=cache))
     try:
-        log(f"venv {root} ({python}): {torch_req}, sglang=={version} --no-deps")
-        vpy = make_venv(python, root / "venv", torch_req, f"sglang=={version}")
+        log(f"venv {root} ({python}): {torch_req}, {sglang} --no-deps")
+        vpy = make_venv(python, root / "venv", torch_req, sglang)
         targets = existing_targets(vpy)
         result = import_loop(vpy, targets, ModuleIndex(plan["distributions"], cache))
         code = "import sys, torch; print(sys.version.split()[0], torch.__version__)"

@@ -13,11 +13,13 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -173,7 +175,8 @@ def runner_conflicts(output: str, constraints: dict[str, str]) -> list[Entry]:
 
 
 def resolve(sglang: str, runner: dict[str, str | None], opts: argparse.Namespace) -> Entry:
-    """pip's report for sglang==V on the runner, held to its versions, minus those that conflict."""
+    """pip's report for ``sglang`` (a requirement: ``sglang==V``, or ``sglang @ file:…`` for a
+    fork's wheel) on the runner, held to its versions, minus those that conflict."""
     constraints = {n: Version(v).public for n, v in runner.items() if v}
     dropped: list[Entry] = []
     with tempfile.TemporaryDirectory(prefix="sglang-resolve-") as tmp:
@@ -182,7 +185,7 @@ def resolve(sglang: str, runner: dict[str, str | None], opts: argparse.Namespace
             cfile.write_text("".join(f"{n}=={v}\n" for n, v in sorted(constraints.items())))
             started = time.monotonic()
             try:
-                args = [*tags, "-c", str(cfile), f"sglang=={sglang}"]
+                args = [*tags, "-c", str(cfile), sglang]
                 return {
                     "report": sp.pip_report(opts.pip_python, args, opts.index_url),
                     "dropped": dropped,
@@ -191,9 +194,9 @@ def resolve(sglang: str, runner: dict[str, str | None], opts: argparse.Namespace
                 output = str(failed)
             sp.log(f"  pip resolve #{attempt}: no solution ({time.monotonic() - started:.0f} s)")
             if not (conflicts := runner_conflicts(output, constraints)):
-                raise CheckFailed(f"pip cannot resolve sglang=={sglang}:\n{output[-3000:]}")
+                raise CheckFailed(f"pip cannot resolve {sglang}:\n{output[-3000:]}")
             dropped += [drop(conflict, constraints, sglang) for conflict in conflicts]
-    raise CheckFailed(f"sglang=={sglang} did not resolve in {MAX_RETRIES} attempts")
+    raise CheckFailed(f"{sglang} did not resolve in {MAX_RETRIES} attempts")
 
 
 def drop(conflict: Entry, constraints: dict[str, str], sglang: str) -> Entry:
@@ -202,7 +205,7 @@ def drop(conflict: Entry, constraints: dict[str, str], sglang: str) -> Entry:
     name, kept = conflict["name"], is_protected(conflict["name"])
     if kept and (conflict["blocking"] or not conflict["wanted"]):
         wanted = "; ".join(conflict["blocking"]) or "a version the index lacks"
-        raise UsageError(f"SGLang {sglang} conflicts with the runner's {name} {conflict['runner']} "
+        raise UsageError(f"{sglang} conflicts with the runner's {name} {conflict['runner']} "
                          f"({wanted}): {name} is the runner's torch/CUDA stack, never replaced: "
                          "pass --sglang auto for the newest release that fits")  # fmt: skip
     what = "relaxed for pip, the runner keeps it" if kept else "dropped"
@@ -220,12 +223,32 @@ def plan_rows(report: Entry, runner: dict[str, str | None], env: dict[str, str])
         same = have is not None and Version(have).public == Version(meta["version"]).public
         status = "runner" if same else "protected" if is_protected(meta["name"]) else "download"
         sha = item["download_info"].get("archive_info", {}).get("hashes", {}).get("sha256")
+        if local := local_file(url):  # a fork's wheel, built here: its own digest
+            sha = sp.sha256(local)
         extras, dist = item.get("requested_extras") or [], meta.get("requires_dist") or []
         needs = sorted({sp.canon(r.name) for r in deps(dist, env, extras)})
         rows.append({"name": meta["name"], "version": meta["version"], "status": status,
                      "runner": have, "filename": urllib.parse.unquote(url.rsplit("/", 1)[-1]),
                      "url": url, "sha256": sha, "requires": needs})  # fmt: skip
     return sorted(rows, key=lambda r: sp.canon(r["name"]))
+
+
+def local_file(url: str) -> Path | None:
+    """The path of a ``file:`` URL (a wheel built here), None for an index URL."""
+    parsed = urllib.parse.urlparse(url)
+    return Path(urllib.request.url2pathname(parsed.path)) if parsed.scheme == "file" else None
+
+
+def wheel_version(wheel: Path) -> str:
+    """The version in an SGLang wheel's file name (``sglang-V-py3-none-any.whl``)."""
+    try:
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+    except ValueError:
+        name, version = None, None
+    if name != "sglang" or version is None:
+        raise UsageError(f"--sglang-wheel {wheel}: not an SGLang wheel (sglang-VERSION-….whl); "
+                         "build one with scripts/build-sglang-fork-wheel")  # fmt: skip
+    return str(version)
 
 
 def mark_start_set(plan: Entry, start: Entry | None, source: str | None) -> None:
@@ -249,18 +272,24 @@ def download(plan: Entry, out: Path, everything: bool, opts: argparse.Namespace)
     if bad := [r["name"] for r in rows if is_protected(r["name"]) or not r["sha256"]]:
         raise UsageError(f"{bad}: torch/CUDA libraries or files without sha256: resolve again")
     out.mkdir(parents=True, exist_ok=True)
-    reqs = out / ".requirements.txt"
-    reqs.write_text(
-        "".join(f"{r['name']}=={r['version']} --hash=sha256:{r['sha256']}\n" for r in rows)
-    )
-    tags = sp.tag_args(plan["python"], plan["platforms"])
-    python = opts.pip_python or sp.pip_python(plan["python"])
-    done = sp.pip(
-        python, ["download", "--no-deps", *tags, "-d", str(out), "-r", str(reqs)], plan["index"]
-    )
-    reqs.unlink()
-    if done.returncode:
-        raise CheckFailed(f"pip download failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    for row in rows:  # a fork's wheel built here is copied, not downloaded
+        if (local := local_file(row.get("url") or "")) is not None:
+            if not local.is_file():
+                raise CheckFailed(f"{row['name']}: {local} is gone: build the wheel again, or "
+                                  "resolve again")  # fmt: skip
+            shutil.copyfile(local, out / row["filename"])
+    if fetch := [r for r in rows if local_file(r.get("url") or "") is None]:
+        reqs = out / ".requirements.txt"
+        reqs.write_text(
+            "".join(f"{r['name']}=={r['version']} --hash=sha256:{r['sha256']}\n" for r in fetch)
+        )
+        tags = sp.tag_args(plan["python"], plan["platforms"])
+        python = opts.pip_python or sp.pip_python(plan["python"])
+        args = ["download", "--no-deps", *tags, "-d", str(out), "-r", str(reqs)]
+        done = sp.pip(python, args, plan["index"])
+        reqs.unlink()
+        if done.returncode:
+            raise CheckFailed(f"pip download failed:\n{(done.stdout + done.stderr)[-3000:]}")
     manifest = {key: plan[key] for key in ("sglang", "runner_torch", "python", "platforms")}
     manifest["selection"] = "all" if everything else "start set"
     manifest["files"] = [manifest_entry(out / r["filename"], r) for r in rows]
@@ -343,10 +372,19 @@ def cmd_resolve(opts: argparse.Namespace) -> None:
     opts.platforms = opts.platform or PLATFORMS
     env = target_env(opts.python_version, opts.platforms)
     opts.pip_python = opts.pip_python or sp.pip_python(env["python_version"])
-    release = pick_release(opts.sglang, str(runner["torch"]), opts, env)
+    if opts.sglang_wheel:  # a fork's wheel: its own version, its own requirements
+        wheel = opts.sglang_wheel.resolve()
+        if not wheel.is_file():
+            raise UsageError(f"--sglang-wheel {opts.sglang_wheel}: no such file; build it with "
+                             "scripts/build-sglang-fork-wheel")  # fmt: skip
+        release = {"chosen": wheel_version(wheel), "rejected": [], "wheel": str(wheel)}
+        requirement = f"sglang @ {wheel.as_uri()}"
+    else:
+        release = pick_release(opts.sglang, str(runner["torch"]), opts, env)
+        requirement = f"sglang=={release['chosen']}"
     sglang, rejected = release["chosen"], "".join(f"\n  rejected {r}" for r in release["rejected"])
     sp.log(f"SGLang {sglang} for torch {runner['torch']}{rejected}")
-    found = resolve(sglang, runner, opts)
+    found = resolve(requirement, runner, opts)
     plan = {"sglang": sglang, "python": opts.python_version, "platforms": opts.platforms,
             "index": opts.index_url, "runner_freeze": str(opts.runner_freeze),
             "runner_torch": runner["torch"], "release": release, "dropped_constraints":
@@ -399,6 +437,12 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resolve", help="the plan: every distribution the runner needs")
     p.add_argument("--runner-freeze", type=Path, required=True, help="its pip list --format freeze")
     p.add_argument("--sglang", default=DEFAULT_SGLANG, help="a release, or auto: newest that fits")
+    p.add_argument(
+        "--sglang-wheel",
+        type=Path,
+        default=None,
+        help="a fork's wheel (scripts/build-sglang-fork-wheel) instead of a release",
+    )
     p.add_argument("--python-version", default="3.12", help="the runner's Python")
     p.add_argument("--platform", action="append", help="repeat; default manylinux, glibc <= 2.35")
     p.add_argument("--out", type=Path, default=Path("sglang-plan.json"))

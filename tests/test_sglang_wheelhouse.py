@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
+SCRIPTS = REPO / "scripts"
+sys.path.insert(0, str(SCRIPTS))
 import sglang_probe as sp  # noqa: E402
 import sglang_wheelhouse as wh  # noqa: E402
 
@@ -229,7 +230,7 @@ def test_resolve_drops_conflicting_runner_pins_and_keeps_cuda(
     fake = FakePip([NUMBA, TRANSFORMERS, CUDA_BINDINGS], {"install": []})
     monkeypatch.setattr(sp, "pip", fake)
     runner = wh.parse_freeze(FREEZE + "numba==0.68.0\n", "f")
-    found = wh.resolve("0.5.17", runner, opts())
+    found = wh.resolve("sglang==0.5.17", runner, opts())
     assert [d["name"] for d in found["dropped"]] == ["numba", "tokenizers", "cuda-bindings"]
     assert [d["runner_keeps"] for d in found["dropped"]] == [False, False, True]
     assert "torch==2.11.0\n" in fake.constraints[-1]  # the public version: +cu130 is local
@@ -240,7 +241,7 @@ def test_resolve_drops_conflicting_runner_pins_and_keeps_cuda(
 def test_resolve_never_drops_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sp, "pip", FakePip([TORCH], {"install": []}))
     with pytest.raises(wh.UsageError) as err:
-        wh.resolve("0.5.18", wh.parse_freeze(FREEZE, "f"), opts())
+        wh.resolve("sglang==0.5.18", wh.parse_freeze(FREEZE, "f"), opts())
     message = str(err.value)
     assert (
         "runner's torch 2.11.0" in message and "sglang 0.5.18 depends on torch==2.13.0" in message
@@ -253,7 +254,7 @@ def test_resolve_reports_an_unrelated_pip_failure(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(
         wh.CheckFailed, match=r"cannot resolve sglang==0\.5\.17:\nERROR: HTTP error 503"
     ):
-        wh.resolve("0.5.17", wh.parse_freeze(FREEZE, "f"), opts())
+        wh.resolve("sglang==0.5.17", wh.parse_freeze(FREEZE, "f"), opts())
 
 
 def item(name: str, version: str, requires: list[str] | None = None, **kw: Any) -> dict[str, Any]:
@@ -436,6 +437,34 @@ def test_download_writes_the_manifest_and_check_catches_every_fault(
     assert wh.main(["check", str(out)]) == 1
 
 
+def test_a_forks_wheel_built_here_is_copied_into_the_wheelhouse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan resolved with --sglang-wheel names the wheel by a file: URL: download copies it
+    (checking its sha256) beside what pip downloads; a wheel gone since is an error."""
+    plan, out = wheelhouse(tmp_path, ["alpha"])
+    (tmp_path / "built").mkdir()
+    built = make_wheel(tmp_path / "built", "sglang")
+    plan["distributions"].append(
+        {"name": "sglang", "version": "1.0", "status": "download", "start_set": True,
+         "filename": built.name, "url": built.as_uri(), "sha256": sp.sha256(built)}
+    )  # fmt: skip
+    monkeypatch.setattr(sp, "pip", fake_download(tmp_path / "store"))
+    manifest = wh.download(plan, out, False, opts())
+    assert sorted(f["name"] for f in manifest["files"]) == ["alpha", "sglang"]
+    assert (out / built.name).read_bytes() == built.read_bytes()
+    assert wh.check(out)[1] == []
+    assert wh.local_file(built.as_uri()) == built and wh.local_file("https://x/y.whl") is None
+    assert wh.wheel_version(Path("sglang-0.0.0.dev0+ddtree.g514ea1f3e-py3-none-any.whl")) == (
+        "0.0.0.dev0+ddtree.g514ea1f3e"
+    )
+    with pytest.raises(wh.UsageError, match="not an SGLang wheel"):
+        wh.wheel_version(Path("torch-2.11.0-cp312-cp312-linux_x86_64.whl"))
+    built.unlink()
+    with pytest.raises(wh.CheckFailed, match="is gone: build the wheel again"):
+        wh.download(plan, tmp_path / "again", False, opts())
+
+
 def test_download_refuses_a_hash_mismatch_and_torch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -521,3 +550,66 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                                                     "distributions": []}))  # fmt: skip
     assert wh.main(["download", str(tmp_path / "plan.json"), "--out", str(tmp_path / "h")]) == 2
     assert "run `sglang-wheelhouse probe" in capsys.readouterr().err
+
+
+FORK_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=61.0", "setuptools-scm>=8.0", "setuptools-rust>=1.10", "wheel"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "sglang"
+dynamic = ["version"]
+dependencies = ["torch==2.11.0"]
+
+[tool.setuptools.packages.find]
+include = ["sglang*"]
+
+[tool.setuptools_scm]
+root = ".."
+fallback_version = "0.0.0.dev0"
+
+[[tool.setuptools-rust.ext-modules]]
+target = "sglang.srt.grpc._core"
+path = "../rust/sglang-grpc/Cargo.toml"
+binding = "PyO3"
+"""
+
+
+def test_a_forks_python_package_is_built_into_a_pure_wheel_of_its_own_version(
+    tmp_path: Path,
+) -> None:
+    """An SGLang tree in git (python/pyproject.toml with SGLang's Rust gRPC extension, whose
+    Cargo project is not even there): the wheel is built from the commit asked for, without
+    the extension, named as a local version that records the commit."""
+    src = tmp_path / "fork"
+    (src / "python" / "sglang" / "srt").mkdir(parents=True)
+    (src / "python" / "pyproject.toml").write_text(FORK_PYPROJECT)
+    (src / "python" / "sglang" / "__init__.py").write_text("")
+    (src / "python" / "sglang" / "srt" / "__init__.py").write_text("")
+    flag = "--speculative-dflash-enable-ddtree"
+    (src / "python" / "sglang" / "srt" / "server_args.py").write_text(f"FLAG = {flag!r}\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    for args in (["init", "-q", "-b", "feature/ddtree-dev"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(src), *args], check=True, env=env)
+    sha = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True,
+                         text=True, check=True).stdout.strip()  # fmt: skip
+    script = SCRIPTS / "build-sglang-fork-wheel"
+    done = subprocess.run([sys.executable, str(script), str(src), "feature/ddtree-dev",
+                           str(tmp_path / "out"), "--label", "ddtree"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "left out: the Rust extension sglang.srt.grpc._core" in done.stdout
+    wheel = tmp_path / "out" / f"sglang-0.0.0.dev0+ddtree.g{sha[:9]}-py3-none-any.whl"
+    assert f"{wheel} sha256 {hashlib.sha256(wheel.read_bytes()).hexdigest()}" in done.stdout
+    with zipfile.ZipFile(wheel) as zf:
+        assert flag in zf.read("sglang/srt/server_args.py").decode()
+        assert not [n for n in zf.namelist() if n.endswith((".so", ".pyd"))]
+    bad = subprocess.run(
+        [sys.executable, str(script), str(src), "no-such-branch", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 1 and "no-such-branch" in bad.stderr  # fmt: skip
