@@ -208,3 +208,32 @@ def test_engine_args_extend_every_engine() -> None:
     for bad, message in (("'--x", "not a shell-quoted"), ("triton", "must start with a flag")):
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             engine_args(bad)
+
+
+def test_a_config_lists_its_other_interfaces(tmp_path: Path) -> None:
+    """ddtree-b15 assumes the pull request's flags and also has the public fork's; an
+    interface table without args, or with other keys, names itself and the fix."""
+    cfg = Registry(preset_configs()).resolve("ddtree-b15", "sglang")
+    assert cfg.interface == "sglang-pr-29907" and list(cfg.alternatives) == ["sglang-ddtree-fork"]
+    fork = cfg.with_interface("sglang-ddtree-fork")
+    assert fork.args[:3] == (
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-dflash-enable-ddtree",
+    )
+    assert (fork.interface, dict(fork.env), fork.alternatives) == ("sglang-ddtree-fork", {}, {})
+    assert fork.sha256 != cfg.sha256 and cfg.with_interface(cfg.interface).sha256 == cfg.sha256
+    assert cfg.to_dict()["alternatives"]["sglang-ddtree-fork"]["args"] == list(fork.args)
+    with pytest.raises(ConfigError, match="has no interface 'x'; it has sglang-pr-29907, sglang"):
+        cfg.with_interface("x")
+    path = tmp_path / "c.toml"
+    path.write_text('[configs.a]\nengine = "llamacpp"\n[configs.a.interfaces.b]\nenv = {}\n')
+    with pytest.raises(ConfigError, match=r"interfaces\.b: expected a table with args"):
+        load_registry([path])
+    path.write_text(
+        '[configs.a]\nengine = "llamacpp"\n[configs.a.interfaces.b]\nargs = []\nx = 1\n'
+    )
+    with pytest.raises(
+        ConfigError, match=r"interfaces\.b: unknown key\(s\) x; valid keys: args, env"
+    ):
+        load_registry([path])

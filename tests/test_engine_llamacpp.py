@@ -435,6 +435,49 @@ def test_a_decode_score_baseline_stores_decode_rates_and_is_kept_apart_from_e2e(
     )
 
 
+TWO_INTERFACES = """
+[configs.tree-or-chain]
+engine = "llamacpp"
+draft = "draft"
+interface = "tree-build"
+args = ["--spec-type", "draft-simple", "--spec-tree-budget", "15"]
+description = "a tree where the build has one, else a chain of 4"
+
+[configs.tree-or-chain.interfaces.upstream]
+args = ["--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
+"""
+
+
+def test_a_config_boots_with_the_interface_the_installed_engine_takes(
+    two_prompt_project: pytest.Pytester, models: dict[str, Path]
+) -> None:
+    """A config with an alternative interface: the real llama-server's own flags (its --help)
+    refuse the first (an unknown tree flag) and take the second, which is booted, recorded
+    and keyed as the config; with lint off the first is booted and the engine refuses it."""
+    extra = two_prompt_project.makefile(".toml", extra=TWO_INTERFACES)
+    out = two_prompt_project.path / "r.json"
+    args = ("suites/test_throughput.py", "--specdec-config-file", str(extra), "--spec-config",
+            "tree-or-chain", "--specdec-workload", "two.jsonl", "--specdec-runs", "1",
+            "--specdec-no-warmup", "--specdec-results", str(out), "-k", "count", *FAST)  # fmt: skip
+    result = two_prompt_project.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    (config,) = _results(out)["configs"]
+    assert config["config"]["interface"] == "upstream", result.stdout.str()
+    assert config["config"]["args"][-2:] == ["--spec-draft-n-max", "4"]
+    assert (
+        "--spec-draft-n-max" in config["command"] and "--spec-tree-budget" not in config["command"]
+    )
+    how = config["extra"]["interface"]
+    assert how["chosen"] == "upstream" and "--spec-tree-budget" in how["tried"]["tree-build"]
+    assert [r["error"] for r in config["runs"] if r["phase"] == "measure"] == [None]
+    forced = two_prompt_project.runpytest_subprocess(*args, "--specdec-no-lint")
+    assert forced.ret == pytest.ExitCode.TESTS_FAILED
+    (config,) = _results(out)["configs"]
+    assert config["config"]["interface"] == "tree-build" and "--spec-tree-budget" in str(
+        config["error"]
+    )
+
+
 SYNTHETIC = """
 [configs.synthetic]
 engine = "llamacpp"

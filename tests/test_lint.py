@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -221,7 +222,8 @@ def test_ddtree_on_a_runner_with_sglang_names_what_is_missing(
     sglang_python: str, suite_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`pytest suites --spec-config ddtree-b15`, no engine flag, SGLang installed: the run goes
-    to SGLang and stops before booting, naming the interface the installed SGLang lacks."""
+    to SGLang and stops before booting, naming the interfaces the config has (the pull
+    request's and the public fork's) and why the installed SGLang takes neither."""
     monkeypatch.setenv("SPECDEC_SGLANG_PYTHON", sglang_python)
     result = suite_project.runpytest_subprocess(
         "suites/test_throughput.py", "--spec-config", "ddtree-b15", "-k", "fibonacci",
@@ -229,9 +231,11 @@ def test_ddtree_on_a_runner_with_sglang_names_what_is_missing(
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
-        "*config sglang:ddtree-b15 needs the interface sglang-pr-29907*which the installed "
-        f"sglang {SGLANG_VERSION} does not have*--speculative-algorithm DDTREE: not an "
-        "algorithm of the installed SGLang*",
+        "*config sglang:ddtree-b15 (*) has interfaces sglang-pr-29907, sglang-ddtree-fork, and "
+        f"the installed sglang {SGLANG_VERSION} takes none of them: interface sglang-pr-29907: "
+        "*--speculative-algorithm DDTREE: not an algorithm of the installed SGLang*; interface "
+        "sglang-ddtree-fork: --speculative-dflash-enable-ddtree: unknown to SGLang's argument "
+        "parser*",
     ])  # fmt: skip
 
 
@@ -250,3 +254,46 @@ def test_configs_lint_warns_and_passes_a_config_without_the_draft_backend(
         "sglang:standalone-d16: warning: --speculative-draft-attention-backend: not set"
     )
     assert out[-1].startswith("sglang:standalone-d16: ok (sglang 0.5.17 accepts every flag)")
+
+
+def test_configs_lint_checks_every_interface_of_ddtree(
+    sglang_python: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`specdec configs lint sglang:ddtree-b15` against SGLang 0.5.17's own parser: each of
+    the config's interfaces is checked and named; neither is taken, so exit 1."""
+    from pytest_specdec.cli.main import main
+
+    monkeypatch.setenv("SPECDEC_SGLANG_PYTHON", sglang_python)
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    assert main(["configs", "lint", "sglang:ddtree-b15"]) == 1
+    out = capsys.readouterr().out
+    assert "sglang:ddtree-b15 (interface sglang-pr-29907): --speculative-ddtree-budget" in out
+    assert (
+        "sglang:ddtree-b15 (interface sglang-ddtree-fork): --speculative-dflash-enable-ddtree: "
+        "unknown to SGLang's argument parser"
+    ) in out
+    assert "boots with interface" not in out
+
+
+FORK_PYTHON = os.environ.get("SPECDEC_SGLANG_FORK_PYTHON")
+
+
+@pytest.mark.skipif(
+    not FORK_PYTHON,
+    reason="set SPECDEC_SGLANG_FORK_PYTHON to the interpreter ./scripts/install-sglang-fork-parser "
+    "prints for the DDTree fork's wheel (./scripts/build-sglang-fork-wheel)",
+)
+def test_ddtree_b15_boots_with_the_forks_interface_where_the_fork_is_installed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the parser of DB-Guo/sglang-ddtree-dev: the pull request's flags are refused, the
+    fork's taken, and that is the interface ddtree-b15 boots with."""
+    from pytest_specdec.cli.main import main
+
+    monkeypatch.setenv("SPECDEC_SGLANG_PYTHON", str(FORK_PYTHON))
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    assert main(["configs", "lint", "sglang:ddtree-b15"]) == 0
+    out = capsys.readouterr().out
+    assert "(interface sglang-pr-29907): --speculative-ddtree-budget" in out
+    assert "(interface sglang-ddtree-fork): ok (sglang 0.0.0.dev0+ddtree" in out
+    assert out.rstrip().endswith("sglang:ddtree-b15: boots with interface sglang-ddtree-fork")

@@ -48,22 +48,29 @@ def cmd_configs_lint(args: argparse.Namespace) -> int:
     suite = _suite()
     engine = make_engine(cfg.engine, suite.engine_settings(cfg.engine))
     draft = "DRAFT_MODEL" if cfg.draft else None
-    spec = engine.build_command(BootContext(cfg, "TARGET_MODEL", draft, "127.0.0.1", 30000))
-    try:
-        findings = engine.lint(spec)
-    except (LintUnavailable, EngineNotInstalled) as exc:
-        print(f"specdec: cannot lint {cfg.qualified_name}: {exc}", file=sys.stderr)
-        return 3
-    for finding in findings:
-        print(
-            f"{cfg.qualified_name}: {finding} (checked against {engine.version() or engine.name})"
-        )
-    wrong = errors(findings)
-    if wrong and cfg.interface != "upstream":
-        print(f"{cfg.qualified_name}: note: this config assumes interface {cfg.interface}")
-    if not wrong:
-        print(f"{cfg.qualified_name}: ok ({engine.version() or engine.name} accepts every flag)")
-    return 1 if wrong else 0
+    interfaces = [cfg.interface, *cfg.alternatives]
+    taken = []
+    for interface in interfaces:  # a config with alternatives boots the first one taken
+        variant = cfg.with_interface(interface)
+        ctx = BootContext(variant, "TARGET_MODEL", draft, "127.0.0.1", 30000)
+        try:
+            findings = engine.lint(engine.build_command(ctx))
+        except (LintUnavailable, EngineNotInstalled) as exc:
+            print(f"specdec: cannot lint {cfg.qualified_name}: {exc}", file=sys.stderr)
+            return 3
+        installed = engine.version() or engine.name
+        name = cfg.qualified_name + (f" (interface {interface})" if len(interfaces) > 1 else "")
+        for finding in findings:
+            print(f"{name}: {finding} (checked against {installed})")
+        wrong = errors(findings)
+        if wrong and interface != "upstream":
+            print(f"{name}: note: this config assumes interface {interface}")
+        if not wrong:
+            taken.append(interface)
+            print(f"{name}: ok ({installed} accepts every flag)")
+    if taken and len(interfaces) > 1:
+        print(f"{cfg.qualified_name}: boots with interface {taken[0]}")
+    return 0 if taken else 1
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,9 @@ in ``pytest_specdec/presets/<engine>.toml``; users add or override configs in
     draft = "draft"                # optional: the draft-model role this config needs
     description = "..."
     interface = "upstream"         # which engine interface the flags assume
+    [configs.my-config.interfaces.other-build]  # optional: the same config where an engine
+    args = ["--other-flag"]                     # build has another interface (the first one
+    env = {}                                    # the installed engine accepts is booted)
     flush = "run"                  # optional: reset the engine's caches before each request
                                    # ("run") or before each prompt's first ("prompt")
 
@@ -23,7 +26,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -47,7 +50,9 @@ CONFIG_KEYS = {
     "model",
     "draft_model",
     "flush",
+    "interfaces",
 }
+INTERFACE_KEYS = {"args", "env"}
 # When the engine's caches (prefix/KV cache, n-gram store) are reset: before every request, or
 # before each prompt's first request (its warm-up), which puts every prompt's cached KV at the
 # same place on every boot.
@@ -74,6 +79,25 @@ class SpecConfig:
     draft_model: str | None = None
     flush: str | None = None  # one of FLUSH_MODES, or None: the engine keeps its caches
     source: str = "preset"
+    # The same config for engine builds with another interface: name -> (args, env). Not part
+    # of its identity: the one booted becomes the config (with_interface), and that is keyed.
+    alternatives: Mapping[str, tuple[tuple[str, ...], Mapping[str, str]]] = field(
+        default_factory=dict
+    )
+
+    def with_interface(self, interface: str) -> SpecConfig:
+        """This config as booted on an engine with ``interface``: its own args and env, or an
+        alternative's; no alternatives left."""
+        if interface == self.interface:
+            return replace(self, alternatives={})
+        try:
+            args, env = self.alternatives[interface]
+        except KeyError:
+            known = ", ".join([self.interface, *self.alternatives])
+            raise ConfigError(
+                f"config {self.qualified_name} has no interface {interface!r}; it has {known}"
+            ) from None
+        return replace(self, args=args, env=env, interface=interface, alternatives={})
 
     @property
     def qualified_name(self) -> str:
@@ -107,6 +131,11 @@ class SpecConfig:
     def to_dict(self) -> dict[str, Any]:
         out = self.identity()
         out.update(description=self.description, source=self.source, sha256=self.sha256)
+        if self.alternatives:
+            out["alternatives"] = {
+                name: {"args": list(args), "env": dict(env)}
+                for name, (args, env) in self.alternatives.items()
+            }
         return out
 
 
@@ -163,6 +192,7 @@ def parse_config(
             'request) or "prompt" (before each prompt\'s first request), or leave it out'
         )
     return SpecConfig(
+        alternatives=_alternatives(table.get("interfaces", {}), where),
         name=name,
         engine=engine,
         args=_str_list(table.get("args", []), where, "args"),
@@ -176,6 +206,25 @@ def parse_config(
         flush=flush,
         source=where.split(" [", 1)[0],
     )
+
+
+def _alternatives(value: Any, where: str) -> dict[str, tuple[tuple[str, ...], Mapping[str, str]]]:
+    """``[configs.NAME.interfaces.INTERFACE]`` tables: each its own args (and env)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: 'interfaces' must be a table of tables, got {value!r}")
+    out: dict[str, tuple[tuple[str, ...], Mapping[str, str]]] = {}
+    for interface, table in value.items():
+        loc = f"{where} interfaces.{interface}"
+        if not isinstance(table, dict) or "args" not in table:
+            raise ConfigError(f"{loc}: expected a table with args = [...], got {table!r}")
+        unknown = sorted(set(table) - INTERFACE_KEYS)
+        if unknown:
+            raise ConfigError(f"{loc}: unknown key(s) {', '.join(unknown)}; valid keys: args, env")
+        out[str(interface)] = (
+            _str_list(table["args"], loc, "args"),
+            _str_map(table.get("env", {}), loc, "env"),
+        )
+    return out
 
 
 def read_toml(path: Path) -> dict[str, Any]:

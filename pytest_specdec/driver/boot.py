@@ -260,6 +260,28 @@ class Booter:
         name = f"specdec-{os.getpid()}-{cfg.name}-{port}"
         return start_container(in_image, settings, self.settings.host, port, log_path, name)
 
+    def interface(self, cfg: SpecConfig, engine: Engine) -> tuple[SpecConfig, dict[str, object]]:
+        """The config as the installed engine takes it: of a config with alternative
+        interfaces, the first whose command line the engine's own lint accepts (its own
+        interface first); and what was tried. Without alternatives, or without lint, the config
+        as it is."""
+        if not cfg.alternatives or not self.settings.lint or self.settings.server_url:
+            return cfg, {}
+        target, draft = self.models_for(cfg)
+        tried: dict[str, str] = {}
+        for name in [cfg.interface, *cfg.alternatives]:
+            variant = cfg.with_interface(name)
+            ctx = BootContext(variant, target, draft, self.settings.host, 0)
+            try:
+                found = errors(engine.lint(engine.build_command(ctx)))
+            except LintUnavailable as exc:
+                return cfg.with_interface(cfg.interface), {"chosen": cfg.interface,
+                                                           "not checked": str(exc)}  # fmt: skip
+            if not found:
+                return variant, {"chosen": name, "tried": tried}
+            tried[name] = "; ".join(str(f) for f in found)
+        return cfg.with_interface(cfg.interface), {"chosen": None, "tried": tried}
+
     def lint_or_raise(
         self, cfg: SpecConfig, engine: Engine, spec: LaunchSpec, record: ConfigRecord
     ) -> None:
@@ -274,6 +296,15 @@ class Booter:
             return
         listed = "; ".join(str(f) for f in errors(findings))
         installed = record.engine_version or engine.name
+        tried = (record.extra.get("interface") or {}).get("tried") or {}
+        if len(tried) > 1:
+            each = "; ".join(f"interface {name}: {why}" for name, why in tried.items())
+            raise ConfigError(
+                f"config {cfg.qualified_name} ({cfg.description}) has interfaces "
+                f"{', '.join(tried)}, and the installed {installed} takes none of them: {each}; "
+                "install an engine build with one of them, or pick an upstream config "
+                "(specdec configs list)"
+            )
         if cfg.interface != "upstream":
             raise ConfigError(
                 f"config {cfg.qualified_name} needs the interface {cfg.interface} ("

@@ -65,6 +65,7 @@ class Steps:
             settings.config_names, settings.engine, registry, settings.server_url is not None
         )
         self.records: dict[str, ConfigRecord] = {}
+        self.chosen: dict[str, SpecConfig] = {}  # configs booted with an alternative interface
         self.started_at = utc_now()
         self.loop = LoopThread()
         self.booter = Booter(settings, suite, self.loop, gpu, transport)
@@ -89,9 +90,16 @@ class Steps:
         return self.records[cfg.name]
 
     def boot(self, cfg: SpecConfig, session: int = 1) -> Server:
-        """Start (or attach to) server session ``session`` of ``cfg``; wait until it is ready."""
-        record = self.record_for(cfg)
+        """Start (or attach to) server session ``session`` of ``cfg``; wait until it is ready.
+        A config with alternative interfaces is booted as the installed engine takes it
+        (chosen once, at its first session, and kept on its record)."""
         engine = self.booter.engine_for(cfg)
+        if cfg.name not in self.records and cfg.alternatives:
+            chosen, how = self.booter.interface(cfg, engine)
+            self.chosen[cfg.name] = chosen
+            self.record_for(chosen).extra["interface"] = how
+        cfg = self.chosen.get(cfg.name, cfg)
+        record = self.record_for(cfg)
         try:
             if self.settings.server_url:
                 server = self.booter.attach(cfg, engine, record)
