@@ -218,7 +218,8 @@ class ModuleIndex:
 
 
 SHIM = '''"""sglang-wheelhouse probe: torch reports one CUDA device, an NVIDIA H200 (9.0); modules
-named in SGLANG_PROBE_STUBS import as a Stub: any attribute, call, decorator, base, type hint."""
+named in SGLANG_PROBE_STUBS import as a Stub: any attribute, call, decorator, base, type hint;
+fake kernels registered for their ops (torch.library.register_fake) are skipped."""
 import importlib.abc, importlib.machinery, os, sys, types
 
 def _dunder(name):
@@ -260,9 +261,24 @@ def _fake_h200(torch):
         setattr(torch.cuda, name, value)
     torch.version.cuda = "13.0"
 
+def _tolerate_stubbed_ops(torch):
+    # SGLang registers fake (meta) kernels for the ops of its CUDA kernel library when torch
+    # reports CUDA; the library is a Stub here, so its ops were never defined: skip those.
+    real = getattr(getattr(torch, "library", None), "register_fake", None)
+    if real is None:
+        return
+
+    def register_fake(op, func=None, /, *args, **kwargs):
+        if isinstance(op, str) and op.split("::")[0] in STUBS:
+            return func if func is not None else (lambda f: f)
+        return real(op, func, *args, **kwargs)
+
+    torch.library.register_fake = register_fake
+
 try:
     import torch
     _fake_h200(torch)
+    _tolerate_stubbed_ops(torch)
 except ImportError:  # an interpreter without torch, started by the imports
     pass
 '''

@@ -331,6 +331,9 @@ def test_shim_fakes_one_h200_and_stubs_named_modules(tmp_path: Path) -> None:
     (fake / "__init__.py").write_text(
         "import types\ncuda = types.SimpleNamespace(is_available=lambda: False)\n"
         "version = types.SimpleNamespace(cuda=None)\n"
+        "def register_fake(op, func=None, /, **kw):\n"
+        "    raise RuntimeError(f'operator {op} does not exist')\n"
+        "library = types.SimpleNamespace(register_fake=register_fake)\n"
     )
     shim = tmp_path / "shim"
     shim.mkdir()
@@ -339,6 +342,9 @@ def test_shim_fakes_one_h200_and_stubs_named_modules(tmp_path: Path) -> None:
         "import torch\nfrom sgl_kernel.flash import varlen, Base\n"
         "class Mine(Base): pass\n"
         "@varlen\ndef f(): return 7\n"
+        "@torch.library.register_fake('sgl_kernel::moe_fused_gate')\ndef g(): return 8\n"
+        "try:\n    torch.library.register_fake('other::op', g)\n"
+        "except RuntimeError as exc:\n    print(exc)\n"
         "print(torch.cuda.is_available(), torch.cuda.get_device_capability(),"
         " torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).major,"
         " torch.version.cuda, f())"
@@ -350,7 +356,8 @@ def test_shim_fakes_one_h200_and_stubs_named_modules(tmp_path: Path) -> None:
     }
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "(9,", "0)", "NVIDIA", "H200", "9", "13.0", "7"]
+    assert done.stdout.splitlines()[0] == "operator other::op does not exist"  # not stubbed
+    assert done.stdout.split()[5:] == ["True", "(9,", "0)", "NVIDIA", "H200", "9", "13.0", "7"]
 
 
 # --- download, manifest, check, install ------------------------------------------------------
