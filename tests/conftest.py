@@ -19,6 +19,9 @@ REPO = Path(__file__).resolve().parent.parent
 TARGET = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT = "SmolLM2-135M-Instruct.Q4_0.gguf"
 os.environ.setdefault("SPECDEC_CACHE", str(CACHE))  # engine look-ups in tests and subprocesses
+# Every lossless check boots its reference, as the tests of it expect; the stored reference has
+# a test of its own, which turns it back on.
+os.environ["SPECDEC_REFERENCE_CACHE"] = "0"
 
 
 @pytest.fixture(scope="session")

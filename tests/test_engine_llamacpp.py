@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -476,6 +477,39 @@ def test_a_config_boots_with_the_interface_the_installed_engine_takes(
     assert config["config"]["interface"] == "tree-build" and "--spec-tree-budget" in str(
         config["error"]
     )
+
+
+def test_the_lossless_reference_is_stored_and_reused_while_its_inputs_stay_the_same(
+    suite_project: pytest.Pytester, models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The target's greedy outputs are kept after its reference boot; the next run with the
+    same engine, target, arguments, hardware and requests compares with them and boots no
+    reference (said in a note); another max_tokens is another key and boots it again."""
+    monkeypatch.setenv("SPECDEC_REFERENCE_CACHE", "1")
+    prompt = f"Name three rivers of Europe ({uuid.uuid4().hex[:8]})."  # a key of its own
+    suite_project.makefile(".jsonl", one=json.dumps({"id": "rivers", "prompt": prompt}))
+    out = suite_project.path / "r.json"
+    args = ("suites/test_lossless.py", "--spec-config", "self-draft-d16", "--specdec-workload",
+            "one.jsonl", "--specdec-results", str(out), "-p", "no:cacheprovider")  # fmt: skip
+    first = suite_project.runpytest_subprocess(*args, "--specdec-max-tokens", "24")
+    assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+    (reference,) = _results(out)["references"]
+    assert reference["extra"]["outputs"]["rivers"]["text"]
+    again = suite_project.runpytest_subprocess(*args, "--specdec-max-tokens", "24")
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str()
+    data = _results(out)
+    assert data["references"] == []
+    (note,) = [n for n in data["notes"] if "the stored outputs of an earlier boot" in n]
+    stored = Path(note.split("(", 1)[1].split(")", 1)[0])
+    assert stored.is_file() and stored.parent.name == "lossless"
+    (config,) = data["configs"]
+    assert config["extra"]["lossless"]["rivers"]["outcome"] == "identical"
+    longer = suite_project.runpytest_subprocess(*args, "--specdec-max-tokens", "25")
+    assert longer.ret == pytest.ExitCode.OK, longer.stdout.str()
+    assert len(_results(out)["references"]) == 1
+    for path in stored.parent.glob("*.json"):  # this test's two entries, nobody else's
+        if prompt in path.read_text():
+            path.unlink()
 
 
 SYNTHETIC = """
