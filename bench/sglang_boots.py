@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_specdec.core.results import load_results  # noqa: E402
+from pytest_specdec.core.values import SCORES  # noqa: E402
 from pytest_specdec.verdict.numbers import drop_fraction, t_ppf  # noqa: E402
 from pytest_specdec.verdict.sessions import (  # noqa: E402
-    SCORES,
     by_session,
     suite_runs,
     workload_prompts,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.values import (
+    SCORES,
     cpu_list,
     engine_args,
     engine_name,
@@ -79,7 +80,7 @@ WORKLOAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
           "answer (ignore_eos; for engines that honour it: llama.cpp, SGLang, vLLM); a suite "
           "file turns it on for its runs with [suite] ignore_eos = true")),
     ("--specdec-score",
-     dict(choices=("e2e", "decode"), default=None,
+     dict(choices=SCORES, default=None,
           help="what the verdicts judge: e2e, each request's output tok/s (time to first token "
           "included; the default), or decode, its decode tok/s (1 / TPOT); a suite file sets it "
           "with [suite] score; kept in the baseline key")),

@@ -50,6 +50,7 @@ def cmd_configs_lint(args: argparse.Namespace) -> int:
     draft = "DRAFT_MODEL" if cfg.draft else None
     interfaces = [cfg.interface, *cfg.alternatives]
     taken = []
+    installed: str | None = None  # the engine's version, asked once
     for interface in interfaces:  # a config with alternatives boots the first one taken
         variant = cfg.with_interface(interface)
         ctx = BootContext(variant, "TARGET_MODEL", draft, "127.0.0.1", 30000)
@@ -58,7 +59,7 @@ def cmd_configs_lint(args: argparse.Namespace) -> int:
         except (LintUnavailable, EngineNotInstalled) as exc:
             print(f"specdec: cannot lint {cfg.qualified_name}: {exc}", file=sys.stderr)
             return 3
-        installed = engine.version() or engine.name
+        installed = installed or engine.version() or engine.name
         name = cfg.qualified_name + (f" (interface {interface})" if len(interfaces) > 1 else "")
         for finding in findings:
             print(f"{name}: {finding} (checked against {installed})")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.results import ResultsError, atomic_write_json, load_results
-from pytest_specdec.core.values import fail_on, fraction
+from pytest_specdec.core.values import SCORES, fail_on, fraction
 from pytest_specdec.report.charts import ChartInputError, ChartsUnavailable
 from pytest_specdec.report.merge import MergeError
 from pytest_specdec.report.site_assets import SiteUnavailable
@@ -22,10 +22,8 @@ from pytest_specdec.verdict.baselines import BaselineError, load_baseline
 from pytest_specdec.verdict.gate import adjust, failures, not_gating
 from pytest_specdec.verdict.history import HistoryUnavailable
 from pytest_specdec.verdict.judge import judge_reference
-from pytest_specdec.verdict.sessions import SCORES, update_baseline, with_score
+from pytest_specdec.verdict.sessions import update_baseline, with_score
 from pytest_specdec.verdict.stats import VerdictPolicy
-
-SCORE_CHOICES = tuple(SCORES)
 
 
 def baseline_update(args: argparse.Namespace) -> int:
@@ -150,7 +148,7 @@ def add_commands(sub: Any) -> None:
     upd = base.add_parser("update", help="append a results file's sessions to the baselines")
     upd.add_argument("results", type=Path)
     upd.add_argument("--allow-mismatch", action="store_true")
-    upd.add_argument("--score", choices=SCORE_CHOICES, default=None,
+    upd.add_argument("--score", choices=SCORES, default=None,
                      help="store each run's e2e or decode tok/s (default: what the results "
                      "file was judged on); the score is part of the baseline key")  # fmt: skip
     upd.set_defaults(func=baseline_update)
@@ -179,7 +177,7 @@ def add_commands(sub: Any) -> None:
         default="gate",
         help="provisional verdicts (one session a side) fail like final ones, or are reported",
     )
-    cmp.add_argument("--score", choices=SCORE_CHOICES, default=None,
+    cmp.add_argument("--score", choices=SCORES, default=None,
                      help="judge each run's e2e or decode tok/s (default: what NEW was judged "
                      "on)")  # fmt: skip
     cmp.set_defaults(func=compare)

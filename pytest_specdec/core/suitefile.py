@@ -31,6 +31,7 @@ from typing import Any
 from pytest_specdec.core.configs import ConfigError, read_toml
 from pytest_specdec.core.engine_table import ENGINE_TABLE
 from pytest_specdec.core.modelfile import cache_root
+from pytest_specdec.core.values import SCORES
 
 SUITE_KEYS = {"suite", "models", "engines", "configs"}
 ENGINE_KEYS = {"binary", "python", "extra_args", "startup_timeout_s", "env", "api"}
@@ -190,7 +191,7 @@ def load_suite_settings(path: Path | None) -> SuiteSettings:
             "--specdec-max-tokens tokens per request, past the end of the answer)"
         )
     score = suite.get("score", "e2e")
-    if score not in ("e2e", "decode"):
+    if score not in SCORES:
         raise ConfigError(
             f'{where} [suite] score = {score!r}: write "e2e" (each request\'s output tok/s) or '
             '"decode" (its decode tok/s, 1 / TPOT)'

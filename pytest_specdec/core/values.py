@@ -14,6 +14,10 @@ from urllib.parse import urlparse
 
 from pytest_specdec.core.engine_table import ENGINE_NAME, ENGINE_TABLE
 
+# What a verdict judges of each request: "e2e", its output tok/s (its tokens over its wall
+# time, time to first token included), or "decode", its decode tok/s (1 / TPOT).
+SCORES = ("e2e", "decode")
+
 
 def _parse_number(value: str, kind: type[int] | type[float], low: float, strict: bool) -> Any:
     """``value`` as ``kind``, at least ``low`` (above it when ``strict``), else a clear error."""

@@ -57,7 +57,8 @@ class ReferenceSteps(Steps):
                 source="lossless reference",
             )  # fmt: skip
             engine = self.booter.engine_for(ref)
-            stored = self.stored_reference(engine, key[1])
+            stored_key = self.stored_key(engine, key[1])
+            stored = self.stored_reference(stored_key)
             if stored is not None:
                 path, outputs = stored
                 self.references[key] = outputs
@@ -77,12 +78,13 @@ class ReferenceSteps(Steps):
                     outputs[prompt.id] = self.loop.run(engine.greedy(server.client, req))
                 record.extra["outputs"] = {k: asdict(v) for k, v in outputs.items()}
                 self.references[key] = outputs
-                self.store_reference(engine, key[1], record, outputs)
+                self.store_reference(stored_key, record, outputs)
             finally:
                 self.stop(server)
 
-    def reference_key(self, engine: Engine, target: str) -> dict[str, Any] | None:
-        """What the target's greedy outputs depend on; None where one part is unknown."""
+    def stored_key(self, engine: Engine, target: str) -> dict[str, Any] | None:
+        """What the target's greedy outputs depend on, the key they are stored under; None
+        where one part is unknown (or storing is off)."""
         if os.environ.get("SPECDEC_REFERENCE_CACHE", "1") == "0":
             return None
         sha = model_identity(target).get("sha256")
@@ -105,11 +107,10 @@ class ReferenceSteps(Steps):
         return cache_root() / "lossless" / f"{hashlib.sha256(blob).hexdigest()}.json"
 
     def stored_reference(
-        self, engine: Engine, target: str
+        self, key: dict[str, Any] | None
     ) -> tuple[Path, dict[str, GreedyOutput]] | None:
-        """The outputs an earlier boot stored under the same key, or None (a missing, damaged
-        or other-key file included)."""
-        key = self.reference_key(engine, target)
+        """The outputs an earlier boot stored under ``key``, or None (no key, a missing,
+        damaged or other-key file included)."""
         if key is None:
             return None
         path = self._reference_path(key)
@@ -125,10 +126,10 @@ class ReferenceSteps(Steps):
         return path, outputs
 
     def store_reference(
-        self, engine: Engine, target: str, record: ConfigRecord, outputs: dict[str, GreedyOutput]
+        self, key: dict[str, Any] | None, record: ConfigRecord, outputs: dict[str, GreedyOutput]
     ) -> None:
-        """Keep a reference boot's outputs for later runs (a failed request raised before)."""
-        key = self.reference_key(engine, target)
+        """Keep a reference boot's outputs under ``key`` for later runs (a failed request
+        raised before)."""
         if key is None:
             return
         data = {"key": key, "outputs": {p: asdict(o) for p, o in outputs.items()},

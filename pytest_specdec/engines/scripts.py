@@ -63,12 +63,8 @@ def package_versions(python: str, packages: Sequence[str]) -> list[Any] | None:
     """The interpreter ``python`` runs and the versions of ``packages`` it imports (None for a
     missing one); None when it cannot be asked."""
     try:
-        proc = subprocess.run(
-            [python, "-c", _VERSIONS, *packages], capture_output=True, text=True, timeout=30,
-            check=False,
-        )  # fmt: skip
-        found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        found = run_script(python, _VERSIONS, packages, timeout=30)
+    except (ScriptFailed, ValueError, IndexError):
         return None
     return found if isinstance(found, list) else None
 

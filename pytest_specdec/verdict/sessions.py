@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_specdec.core.values import SCORES
 from pytest_specdec.verdict.baselines import (
     BaselineError,
     append_session,
@@ -22,15 +23,10 @@ from pytest_specdec.verdict.baselines import (
 from pytest_specdec.verdict.stats import SessionSummary
 from pytest_specdec.verdict.suite import suite_values
 
-SCORES = {
-    "e2e": "output tok/s of each request (its tokens over its wall time, time to first token "
-    "included)",
-    "decode": "decode tok/s of each request (1 / TPOT: time to first token left out)",
-}
-
 
 def score_of(results: Mapping[str, Any]) -> str:
-    """What the verdicts of a results document judge (``SCORES``): its option ``score``,
+    """What the verdicts of a results document judge (core/values.py ``SCORES``): its option
+    ``score``,
     end-to-end tok/s where it has none (documents written before the choice existed)."""
     score = (results.get("options") or {}).get("score") or "e2e"
     if score not in SCORES:
@@ -58,11 +54,7 @@ def prompt_runs(
     run's output tok/s, or with ``score="decode"`` its decode tok/s, 1 / TPOT (a run of one
     output token has no TPOT and is left out)."""
     if score == "decode":
-        out: dict[str, list[float]] = {p: [] for p in prompts}
-        for run in _usable(config, prompts, session):
-            if run.get("tpot_s"):
-                out[run["prompt"]].append(1.0 / float(run["tpot_s"]))
-        return out
+        return _per_prompt(config, prompts, session, "tpot_s", lambda tpot: 1.0 / tpot)
     return _per_prompt(config, prompts, session, "tok_per_s")
 
 
@@ -185,13 +177,18 @@ def accept_runs(
 
 
 def _per_prompt(
-    config: Mapping[str, Any], prompts: Sequence[str], session: int | None, field: str
+    config: Mapping[str, Any],
+    prompts: Sequence[str],
+    session: int | None,
+    field: str,
+    value: Callable[[float], float] = float,
 ) -> dict[str, list[float]]:
-    """``field`` of the usable runs, per prompt (runs that do not report it left out)."""
+    """``value`` of ``field`` of the usable runs, per prompt (runs that do not report it left
+    out)."""
     out: dict[str, list[float]] = {p: [] for p in prompts}
     for run in _usable(config, prompts, session):
         if run.get(field):
-            out[run["prompt"]].append(float(run[field]))
+            out[run["prompt"]].append(value(float(run[field])))
     return out
 
 
