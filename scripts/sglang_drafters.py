@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # hf_layout.py, beside this file
 import hf_layout
 
-GENERATOR = "pytest-specdec make-sglang-drafters 1"
+GENERATOR = "pytest-specdec make-sglang-drafters 2"
 KINDS = {"dflash": 0, "eagle3": 1}
 _INT8_STD = math.sqrt((256**2 - 1) / 12)
 Shapes = dict[str, tuple[int, ...]]
@@ -99,17 +99,38 @@ def _layer(
     }
 
 
-def dflash(target: Mapping[str, Any], block_size: int, ffn: int) -> tuple[dict[str, Any], Shapes]:
-    """Config and weight shapes of a one-layer DFLASH drafter for ``target``."""
-    hidden, heads, kv, head_dim, layers = _dims(target)
-    captured = [layers // 2]  # SGLang's own choice for a one-layer drafter
+def dflash(
+    target: Mapping[str, Any],
+    block_size: int,
+    ffn: int,
+    layers: int = 1,
+    target_layer_ids: list[int] | None = None,
+) -> tuple[dict[str, Any], Shapes]:
+    """Config and weight shapes of a DFLASH drafter of ``layers`` layers for ``target``.
+
+    ``target_layer_ids`` are the target layers whose outputs feed ``fc`` (SGLang captures the
+    output of layer L at the input of layer L + 1, so L stays below the last layer); by
+    default SGLang's own choice for a one-layer drafter, the middle layer. The draft layers
+    attend to the context and to the whole block in both directions: the config says so
+    (``layer_types`` all full attention, ``is_causal`` false), which is what SGLang reads.
+    """
+    hidden, heads, kv, head_dim, n_target = _dims(target)
+    captured = sorted(target_layer_ids) if target_layer_ids else [n_target // 2]
+    if captured[0] < 0 or captured[-1] > n_target - 2:
+        raise SystemExit(
+            f"target layer ids {captured} are out of range for a {n_target}-layer target: "
+            f"give ids from 0 to {n_target - 2}"
+        )
     config = {
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
         **_one_layer(hidden, heads, kv, head_dim, ffn),
+        "num_hidden_layers": layers,
+        "layer_types": ["full_attention"] * layers,
+        "is_causal": False,
         "use_sliding_window": False,
         "block_size": block_size,
-        "num_target_layers": layers,
+        "num_target_layers": n_target,
         "dflash_config": {"mask_token_id": 0, "target_layer_ids": captured},
         **_shared(target),
     }
@@ -118,11 +139,12 @@ def dflash(target: Mapping[str, Any], block_size: int, ffn: int) -> tuple[dict[s
         "hidden_norm.weight": (hidden,),
         "norm.weight": (hidden,),
     }
-    shapes |= _layer("layers.0.", hidden, heads, kv, head_dim, ffn, hidden)
-    shapes |= {
-        "layers.0.self_attn.q_norm.weight": (head_dim,),
-        "layers.0.self_attn.k_norm.weight": (head_dim,),
-    }
+    for i in range(layers):
+        shapes |= _layer(f"layers.{i}.", hidden, heads, kv, head_dim, ffn, hidden)
+        shapes |= {
+            f"layers.{i}.self_attn.q_norm.weight": (head_dim,),
+            f"layers.{i}.self_attn.k_norm.weight": (head_dim,),
+        }
     return config, shapes
 
 

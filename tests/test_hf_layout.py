@@ -43,13 +43,6 @@ def base() -> Path:
     return BASE
 
 
-@pytest.fixture(scope="module")
-def smollm2_hf(base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("hf") / "SmolLM2-135M-Instruct.hf"
-    hf_layout.convert(base, out)
-    return out
-
-
 def llamacpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's convert_hf_to_gguf.py row order for q/k (the direction it writes)."""
     return (

@@ -1,0 +1,800 @@
+"""Train a DFLASH drafter for a target by distillation from the target itself.
+
+Used by ``scripts/make-dflash-drafter``. The memory-bound target is made from a seed and has no
+training set of its own, and needs none: the data are the target's own greedy continuations of
+prompts of the suite's kinds (code, explanation, arithmetic, JSON, verse), generated on the
+GPU, and the target's hidden states along them.
+
+What is trained is what SGLang 0.5.17 serves (``sglang/srt/models/dflash.py`` and
+``speculative/dflash_worker_v2.py``), step for step:
+
+* the context: the outputs of the target layers ``target_layer_ids`` (SGLang captures the
+  residual stream at the input of layer L + 1), concatenated in layer order, through ``fc``
+  and ``hidden_norm``; every draft layer projects it to keys and values as it is (no input
+  norm), with its key norm and rotary position, one entry per committed token;
+* the block: ``block_size`` tokens at positions ``n .. n + block_size - 1`` after ``n``
+  committed tokens: the target's last token (the bonus, position ``n``), then the mask token;
+  embedded with the target's embedding;
+* Qwen3-style layers (per-head query/key RMS norm, SiLU MLP, pre-norm residuals) whose
+  attention sees every context entry and the whole block in both directions;
+* the final norm and the target's LM head; block positions 1 .. block_size - 1 are the
+  drafted tokens.
+
+The objective is DFlash's block objective: cross-entropy against the target's greedy tokens at
+every drafted position, weighted by ``exp(-(k - 1) / gamma)`` for the k-th drafted token (an
+early miss ends the accepted run, so early positions matter most), over many anchors per
+sequence at once: one forward pass holds every anchor's block, each masked to the context
+before its anchor and to its own block.
+
+Accept length by step: on held-out continuations, a verify step at anchor ``n`` accepts the
+drafted tokens up to the first one that differs from the target's greedy token, plus the
+target's own token, as SGLang's greedy verification does; its mean over the anchors is
+written beside the loss, every ``--eval-every`` steps. A final check recomputes some anchors
+the way the server does (context keys and values first, then the block on its own) and
+records how far the two paths differ.
+
+Output beside the target: ``NAME.dflash-b16-distilled-seed1.hf/`` (``config.json``,
+``model.safetensors`` in float16, ``specdec-model.json``: recipe, seed, steps, loss, accept
+length by step, timings and sha256). A folder whose recipe matches is kept as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # beside this file
+import hf_layout
+import sglang_drafters
+
+GENERATOR = "pytest-specdec make-dflash-drafter 1"
+
+# --- prompts of the suite's kinds -----------------------------------------------------------
+
+_TOPICS = [
+    "binary search", "a hash map", "a linked list", "merge sort", "a priority queue",
+    "dynamic programming", "recursion", "a trie", "breadth-first search", "Dijkstra's algorithm",
+    "garbage collection", "TCP congestion control", "DNS resolution", "public-key cryptography",
+    "a B-tree", "virtual memory", "the CAP theorem", "consistent hashing", "a bloom filter",
+    "gradient descent", "photosynthesis", "plate tectonics", "the water cycle", "inflation",
+    "compound interest", "the immune system", "black holes", "vaccines", "supply and demand",
+    "the French Revolution", "climate change", "electric motors", "a compiler", "unicode",
+    "floating-point numbers", "regular expressions", "database indexes", "a mutex", "caching",
+]  # fmt: skip
+_TASKS = [
+    "reverses the words of a sentence", "checks whether a string is a palindrome",
+    "counts word frequencies in a text file", "merges two sorted lists",
+    "parses a CSV line with quoted fields", "computes the greatest common divisor",
+    "finds the longest common prefix of a list of strings", "flattens a nested list",
+    "converts Roman numerals to integers", "validates an email address",
+    "computes prime numbers with a sieve", "implements an LRU cache",
+    "rotates a matrix by 90 degrees", "formats a number with thousands separators",
+    "computes the median of a stream", "deduplicates a list while keeping order",
+    "serializes a binary tree", "evaluates an arithmetic expression", "run-length encodes a string",
+    "finds all anagrams in a word list",
+]  # fmt: skip
+_LANGUAGES = ["Python", "JavaScript", "Go", "Rust", "C", "TypeScript", "Java"]
+_THINGS = [
+    "a library book", "a weather station reading", "a customer order", "a flight booking",
+    "a music album", "a bank transaction", "a recipe", "a student record", "a product review",
+    "a server log entry", "a calendar event", "a chess game",
+]  # fmt: skip
+_SUBJECTS = [
+    "the sea", "autumn leaves", "a city at night", "mountains", "an old clock", "the moon",
+    "rain on a window", "a lighthouse", "first snow", "a train journey", "a garden", "silence",
+]  # fmt: skip
+KINDS = ("code", "explanation", "arithmetic", "json", "verse")
+
+
+def prompt_of(kind: str, rng: random.Random) -> str:
+    """One prompt of ``kind``, drawn from ``rng``."""
+    if kind == "code":
+        lang, task = rng.choice(_LANGUAGES), rng.choice(_TASKS)
+        extra = rng.choice(
+            ["Add type hints and a docstring.", "Include a few tests.",
+             "Explain its running time after the code.", "Handle invalid input with errors."]
+        )  # fmt: skip
+        return f"Write a {lang} function that {task}. {extra}"
+    if kind == "explanation":
+        topic = rng.choice(_TOPICS)
+        who = rng.choice(["a student", "a new programmer", "a curious child", "an engineer"])
+        return f"Explain {topic} to {who}. Write in full paragraphs and give an example."
+    if kind == "arithmetic":
+        a, b = rng.randint(11, 999), rng.randint(11, 99)
+        op = rng.choice(["multiplied by", "plus", "minus", "divided by"])
+        return f"What is {a} {op} {b}? Show each step of the computation."
+    if kind == "json":
+        thing = rng.choice(_THINGS)
+        n = rng.randint(3, 7)
+        return f"Give a JSON object describing {thing} with {n} fields, then explain each field."
+    subject = rng.choice(_SUBJECTS)
+    form = rng.choice(["a haiku", "a short poem", "four rhyming lines", "a limerick"])
+    return f"Write {form} about {subject}."
+
+
+def prompts(seed: int, count: int, exclude: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """``count`` distinct (kind, prompt) pairs, the kinds in turn; none of ``exclude``."""
+    rng = random.Random(seed)
+    seen = set(exclude)
+    out: list[tuple[str, str]] = []
+    tries = 0
+    while len(out) < count:
+        tries += 1
+        if tries > 50 * count:
+            raise SystemExit(f"make-dflash-drafter: cannot draw {count} distinct prompts")
+        kind = KINDS[len(out) % len(KINDS)]
+        text = prompt_of(kind, rng)
+        if text not in seen:
+            seen.add(text)
+            out.append((kind, text))
+    return out
+
+
+# --- the recipe -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recipe:
+    seed: int = 1
+    prompts: int = 3072
+    gen_tokens: int = 256
+    gen_batch: int = 256
+    layers: int = 3
+    ffn: int = 1536
+    target_layer_ids: tuple[int, ...] = (1, 8, 14, 20, 27)
+    block_size: int = 16
+    mask_token_id: int = 0
+    steps: int = 6000
+    batch: int = 32
+    anchors: int = 16
+    lr: float = 8e-4
+    warmup: int = 200
+    gamma: float = 7.0
+    eval_every: int = 250
+    eval_sequences: int = 64
+    generator: str = GENERATOR
+
+    def check(self) -> None:
+        for name in ("prompts", "gen_tokens", "gen_batch", "layers", "ffn", "steps", "batch"):
+            if getattr(self, name) < 1:
+                raise SystemExit(f"make-dflash-drafter: --{name.replace('_', '-')} must be >= 1")
+        if self.block_size < 2:
+            raise SystemExit(f"make-dflash-drafter: --block-size {self.block_size}: give 2 or more")
+        if not 0 < self.eval_sequences < self.prompts:
+            raise SystemExit(
+                f"make-dflash-drafter: --eval-sequences {self.eval_sequences} must be between 1 "
+                f"and --prompts - 1 ({self.prompts - 1})"
+            )
+
+
+# --- the drafter, in plain torch ------------------------------------------------------------
+
+
+def build_modules(torch: Any) -> Any:
+    """The drafter's modules (torch is imported by the caller: the module imports without it)."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class RMSNorm(nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self, dim: int, eps: float) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))
+            self.eps = eps
+
+        def forward(self, x: Any) -> Any:
+            x32 = x.float()
+            x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+            return x32.to(x.dtype) * self.weight.to(x.dtype)
+
+    def rope(x: Any, pos: Any, theta: float) -> Any:
+        """Rotary embedding, NeoX layout (halves), x: [..., T, heads, d], pos: [..., T]."""
+        d = x.shape[-1]
+        inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+        ang = pos.float()[..., None] * inv  # [..., T, d/2]
+        cos, sin = ang.cos()[..., None, :], ang.sin()[..., None, :]
+        x1, x2 = x.float()[..., : d // 2], x.float()[..., d // 2 :]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1).to(x.dtype)
+
+    class Attention(nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self, hidden: int, heads: int, kv: int, head_dim: int, eps: float) -> None:
+            super().__init__()
+            self.heads, self.kv, self.head_dim = heads, kv, head_dim
+            self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
+            self.k_proj = nn.Linear(hidden, kv * head_dim, bias=False)
+            self.v_proj = nn.Linear(hidden, kv * head_dim, bias=False)
+            self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+            self.q_norm = RMSNorm(head_dim, eps)
+            self.k_norm = RMSNorm(head_dim, eps)
+
+        def context_kv(self, ctx: Any, pos: Any, theta: float) -> tuple[Any, Any]:
+            """Keys and values of context entries, as the server materializes them."""
+            shape = (*ctx.shape[:-1], self.kv, self.head_dim)
+            k = rope(self.k_norm(self.k_proj(ctx).view(shape)), pos, theta)
+            return k, self.v_proj(ctx).view(shape)
+
+        def forward(self, x: Any, pos: Any, ctx_k: Any, ctx_v: Any, mask: Any, theta: float) -> Any:
+            """x: [B, Q, H] block entries; ctx_k/v: [B, T, kv, d]; mask: [B, Q, T + Q] bool."""
+            b, q_len, _ = x.shape
+            q = self.q_norm(self.q_proj(x).view(b, q_len, self.heads, self.head_dim))
+            k, v = self.context_kv(x, pos, theta)
+            q = rope(q, pos, theta)
+            keys = torch.cat((ctx_k, k), 1).transpose(1, 2)  # [B, kv, T + Q, d]
+            values = torch.cat((ctx_v, v), 1).transpose(1, 2)
+            group = self.heads // self.kv
+            keys = keys.repeat_interleave(group, 1)
+            values = values.repeat_interleave(group, 1)
+            out = F.scaled_dot_product_attention(
+                q.transpose(1, 2), keys, values, attn_mask=mask[:, None], scale=self.head_dim**-0.5
+            )
+            return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
+
+    class MLP(nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self, hidden: int, ffn: int) -> None:
+            super().__init__()
+            self.gate_proj = nn.Linear(hidden, ffn, bias=False)
+            self.up_proj = nn.Linear(hidden, ffn, bias=False)
+            self.down_proj = nn.Linear(ffn, hidden, bias=False)
+
+        def forward(self, x: Any) -> Any:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    class Layer(nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self, config: dict[str, Any]) -> None:
+            super().__init__()
+            hidden, eps = config["hidden_size"], float(config["rms_norm_eps"])
+            self.input_layernorm = RMSNorm(hidden, eps)
+            self.self_attn = Attention(
+                hidden, config["num_attention_heads"], config["num_key_value_heads"],
+                config["head_dim"], eps,
+            )  # fmt: skip
+            self.post_attention_layernorm = RMSNorm(hidden, eps)
+            self.mlp = MLP(hidden, config["intermediate_size"])
+
+    class Drafter(nn.Module):  # type: ignore[misc, name-defined]
+        """DFlashDraftModel's weights and forward; the embedding and head are the target's."""
+
+        def __init__(self, config: dict[str, Any]) -> None:
+            super().__init__()
+            hidden, eps = config["hidden_size"], float(config["rms_norm_eps"])
+            ids = config["dflash_config"]["target_layer_ids"]
+            self.theta = rope_theta(config)
+            self.fc = nn.Linear(len(ids) * hidden, hidden, bias=False)
+            self.hidden_norm = RMSNorm(hidden, eps)
+            self.layers = nn.ModuleList(Layer(config) for _ in range(config["num_hidden_layers"]))
+            self.norm = RMSNorm(hidden, eps)
+
+        def forward(self, feats: Any, ctx_pos: Any, block: Any, block_pos: Any, mask: Any) -> Any:
+            """Hidden states of block entries [B, Q, H] over context features [B, T, K*H]."""
+            ctx = self.hidden_norm(self.fc(feats.to(self.fc.weight.dtype)))
+            h = block
+            for layer in self.layers:
+                attn = layer.self_attn
+                ctx_k, ctx_v = attn.context_kv(ctx, ctx_pos, self.theta)
+                h = h + attn(layer.input_layernorm(h), block_pos, ctx_k, ctx_v, mask, self.theta)
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
+            return self.norm(h)
+
+        def draft_one(self, feats: Any, block: Any, n: int) -> Any:
+            """One block the server's way: the n context entries' keys and values first (as
+            materialized in its cache), then the block alone attending to them and to itself.
+            feats: [n, K*H], block: [S, H]; returns [S, H]."""
+            ctx = self.hidden_norm(self.fc(feats[:n].to(self.fc.weight.dtype)))
+            ctx_pos = torch.arange(n, device=feats.device)
+            pos = torch.arange(n, n + block.shape[0], device=feats.device)
+            everything = torch.ones(1, block.shape[0], n + block.shape[0], dtype=torch.bool,
+                                    device=feats.device)  # fmt: skip
+            h = block[None]
+            for layer in self.layers:
+                attn = layer.self_attn
+                ctx_k, ctx_v = attn.context_kv(ctx[None], ctx_pos[None], self.theta)
+                h = h + attn(
+                    layer.input_layernorm(h), pos[None], ctx_k, ctx_v, everything, self.theta
+                )
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
+            return self.norm(h)[0]
+
+    return Drafter
+
+
+def rope_theta(config: dict[str, Any]) -> float:
+    params = config.get("rope_parameters") or {}
+    return float(config.get("rope_theta") or params.get("rope_theta") or 10000.0)
+
+
+# --- data: the target's greedy continuations and hidden states ------------------------------
+
+
+@dataclass
+class Data:
+    tokens: Any  # [N, T] long, right-padded
+    feats: Any  # [N, T, K*H] target dtype
+    lengths: Any  # [N]
+    prompt_lengths: Any  # [N]
+    seconds: float = 0.0
+
+
+def load_target(path: Path, device: str, dtype: Any) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def render(tokenizer: Any, text: str) -> list[int]:
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+    )
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def _captured(hidden_states: Sequence[Any], layer_ids: Sequence[int]) -> Any:
+    import torch
+
+    return torch.cat([hidden_states[i + 1] for i in layer_ids], -1)
+
+
+def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, log: Any) -> Data:
+    """Greedy continuations of ``gen_tokens`` tokens (past any end of text, as the suite's
+    fixed-length requests), and the captured hidden states of every token fed to the target."""
+    device = next(model.parameters()).device
+    width = max(map(len, rendered)) + recipe.gen_tokens
+    n = len(rendered)
+    kh = len(recipe.target_layer_ids) * model.config.hidden_size
+    tokens = torch.zeros(n, width, dtype=torch.long, device=device)
+    feats = torch.zeros(n, width, kh, dtype=model.dtype, device=device)
+    lengths = torch.zeros(n, dtype=torch.long, device=device)
+    prompt_lengths = torch.tensor([len(r) for r in rendered], device=device)
+    start = time.monotonic()
+    for first in range(0, n, recipe.gen_batch):
+        rows = rendered[first : first + recipe.gen_batch]
+        b, longest = len(rows), max(map(len, rows))
+        ids = torch.zeros(b, longest, dtype=torch.long, device=device)
+        mask = torch.zeros(b, longest, dtype=torch.long, device=device)
+        for i, r in enumerate(rows):  # left padding: every row's last token is in the last column
+            ids[i, longest - len(r) :] = torch.tensor(r, device=device)
+            mask[i, longest - len(r) :] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                        output_hidden_states=True, logits_to_keep=1)  # fmt: skip
+            cap = _captured(out.hidden_states, recipe.target_layer_ids)
+            for i, r in enumerate(rows):
+                tokens[first + i, : len(r)] = ids[i, longest - len(r) :]
+                feats[first + i, : len(r)] = cap[i, longest - len(r) :]
+            nxt = out.logits[:, -1].argmax(-1)
+            past, last = out.past_key_values, pos[:, -1]
+            lens = torch.tensor([len(r) for r in rows], device=device)
+            for step in range(recipe.gen_tokens):
+                tokens[first : first + b].scatter_(1, (lens + step)[:, None], nxt[:, None])
+                if step == recipe.gen_tokens - 1:
+                    break
+                mask = torch.cat((mask, torch.ones(b, 1, dtype=mask.dtype, device=device)), 1)
+                last = last + 1
+                out = model(
+                    input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None],
+                    past_key_values=past, use_cache=True, output_hidden_states=True,
+                )  # fmt: skip
+                cap = _captured(out.hidden_states, recipe.target_layer_ids)[:, 0]
+                feats[first : first + b].scatter_(
+                    1, (lens + step)[:, None, None].expand(b, 1, kh), cap[:, None]
+                )
+                past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
+        lengths[first : first + b] = lens + recipe.gen_tokens
+        log(f"generated {min(first + b, n)}/{n} continuations ({time.monotonic() - start:.0f} s)")
+    return Data(tokens, feats, lengths, prompt_lengths, time.monotonic() - start)
+
+
+# --- training ---------------------------------------------------------------------------------
+
+
+def block_inputs(
+    torch: Any, data: Data, rows: Any, anchors: Any, recipe: Recipe, embed: Any
+) -> tuple[Any, Any, Any, Any, Any]:
+    """Block embeddings, positions, attention mask, labels and label weights for ``anchors``
+    ([B, A] positions of the bonus token in each row)."""
+    s = recipe.block_size
+    b, a = anchors.shape
+    device = anchors.device
+    offs = torch.arange(s, device=device)
+    pos = (anchors[:, :, None] + offs).reshape(b, a * s)  # [B, A*S]
+    ids = torch.full((b, a, s), recipe.mask_token_id, dtype=torch.long, device=device)
+    ids[:, :, 0] = data.tokens[rows].gather(1, anchors)
+    block = embed(ids.reshape(b, a * s))
+    t = data.tokens.shape[1]
+    ctx_ok = torch.arange(t, device=device)[None, None, :] < anchors[:, :, None]  # [B, A, T]
+    ctx_ok = ctx_ok[:, :, None, :].expand(b, a, s, t).reshape(b, a * s, t)
+    same = torch.eye(a, dtype=torch.bool, device=device)[:, None, :, None]
+    same = same.expand(a, s, a, s).reshape(a * s, a * s)[None].expand(b, -1, -1)
+    mask = torch.cat((ctx_ok, same), -1)
+    label_pos = (anchors[:, :, None] + offs[1:]).clamp(max=t - 1)  # [B, A, S-1]
+    labels = data.tokens[rows][torch.arange(b, device=device)[:, None, None], label_pos]
+    valid = (anchors[:, :, None] + offs[1:]) < data.lengths[rows][:, None, None]
+    weights = torch.exp(-(offs[1:].float() - 1) / recipe.gamma)[None, None] * valid
+    return block, pos, mask, labels, weights
+
+
+def draft_logits(drafter: Any, data: Data, rows: Any, inputs: tuple[Any, ...], head: Any) -> Any:
+    import torch
+
+    block, pos, mask, _, _ = inputs
+    t = data.tokens.shape[1]
+    ctx_pos = torch.arange(t, device=block.device)[None].expand(len(rows), t)
+    h = drafter(data.feats[rows], ctx_pos, block, pos, mask)
+    b, q, hidden = h.shape
+    s = inputs[3].shape[2] + 1
+    h = h.view(b, q // s, s, hidden)[:, :, 1:]
+    return h @ head.t().to(h.dtype)
+
+
+def sample_anchors(torch: Any, data: Data, rows: Any, count: int, gen: Any) -> Any:
+    """Anchors in the generated part of each row, with at least one token after them."""
+    low = data.prompt_lengths[rows]
+    high = data.lengths[rows] - 1
+    u = torch.rand(len(rows), count, generator=gen, device=low.device)
+    return low[:, None] + (u * (high - low)[:, None]).long()
+
+
+def evaluate(
+    torch: Any, drafter: Any, data: Data, rows: Any, recipe: Recipe, embed: Any, head: Any
+) -> dict[str, Any]:
+    """Accept length on held-out rows: drafted tokens up to the first miss, plus one."""
+    stride = max(1, recipe.gen_tokens // 32)
+    starts = torch.arange(0, recipe.gen_tokens - 1, stride, device=data.tokens.device)
+    accepted, per_position, count = 0.0, None, 0
+    with torch.no_grad():
+        for i in range(0, len(rows), 8):
+            chunk = rows[i : i + 8]
+            anchors = data.prompt_lengths[chunk][:, None] + starts[None]
+            inputs = block_inputs(torch, data, chunk, anchors, recipe, embed)
+            with torch.autocast(data.tokens.device.type, dtype=torch.bfloat16):
+                logits = draft_logits(drafter, data, chunk, inputs, head)
+            hit = (logits.argmax(-1) == inputs[3]) & (inputs[4] > 0)
+            run = hit.long().cumprod(-1)  # 1 while every earlier drafted token was accepted
+            accepted += float(run.sum(-1).float().sum()) + run.shape[0] * run.shape[1]
+            step = run.float().sum((0, 1))
+            per_position = step if per_position is None else per_position + step
+            count += run.shape[0] * run.shape[1]
+    return {
+        "accept_length": accepted / count,
+        "acceptance_by_position": [round(float(x) / count, 4) for x in per_position],
+    }
+
+
+def train(
+    torch: Any, drafter: Any, data: Data, recipe: Recipe, embed: Any, head: Any, log: Any,
+    max_seconds: float | None,
+) -> dict[str, Any]:  # fmt: skip
+    device = data.tokens.device
+    n = data.tokens.shape[0]
+    held = torch.arange(n - recipe.eval_sequences, n, device=device)
+    train_rows = n - recipe.eval_sequences
+    gen = torch.Generator(device=device).manual_seed(recipe.seed)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=recipe.lr, betas=(0.9, 0.95),
+                            weight_decay=0.0)  # fmt: skip
+
+    def lr_at(step: int) -> float:
+        if step < recipe.warmup:
+            return recipe.lr * (step + 1) / recipe.warmup
+        done = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
+        return recipe.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
+
+    loss_curve: list[list[float]] = []
+    accept_curve: list[list[float]] = []
+    first = evaluate(torch, drafter, data, held, recipe, embed, head)
+    accept_curve.append([0, round(first["accept_length"], 4)])
+    start, steps_done, stopped_early = time.monotonic(), 0, False
+    window: list[float] = []
+    for step in range(recipe.steps):
+        if max_seconds is not None and time.monotonic() - start > max_seconds:
+            stopped_early = True
+            log(f"stopped at step {step}: --max-minutes reached")
+            break
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        rows = torch.randint(0, train_rows, (recipe.batch,), generator=gen, device=device)
+        anchors = sample_anchors(torch, data, rows, recipe.anchors, gen)
+        inputs = block_inputs(torch, data, rows, anchors, recipe, embed)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            logits = draft_logits(drafter, data, rows, inputs, head)
+        ce = torch.nn.functional.cross_entropy(
+            logits.float().flatten(0, 2), inputs[3].flatten(), reduction="none"
+        ).view_as(inputs[4])
+        loss = (ce * inputs[4]).sum() / inputs[4].sum().clamp(min=1e-6)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        opt.step()
+        steps_done = step + 1
+        window.append(float(loss.detach()))
+        if steps_done % max(1, recipe.eval_every // 10) == 0 or steps_done == recipe.steps:
+            loss_curve.append([steps_done, round(sum(window) / len(window), 4)])
+            window = []
+        if steps_done % recipe.eval_every == 0 or steps_done == recipe.steps:
+            ev = evaluate(torch, drafter, data, held, recipe, embed, head)
+            accept_curve.append([steps_done, round(ev["accept_length"], 4)])
+            log(f"step {steps_done}: loss {loss_curve[-1][1]:.3f}, held-out accept length "
+                f"{ev['accept_length']:.2f} ({time.monotonic() - start:.0f} s)")  # fmt: skip
+    final = evaluate(torch, drafter, data, held, recipe, embed, head)
+    if accept_curve[-1][0] != steps_done:
+        accept_curve.append([steps_done, round(final["accept_length"], 4)])
+    return {
+        "steps_done": steps_done,
+        "stopped_early": stopped_early,
+        "seconds": round(time.monotonic() - start, 1),
+        "loss": loss_curve,
+        "accept_length": accept_curve,
+        "final": final,
+    }
+
+
+def server_path_check(
+    torch: Any, drafter: Any, data: Data, recipe: Recipe, embed: Any, head: Any
+) -> dict[str, Any]:
+    """The drafted tokens of a few held-out anchors, computed the training way and the way the
+    server computes them: they must agree."""
+    n = data.tokens.shape[0]
+    rows = torch.arange(n - min(4, recipe.eval_sequences), n, device=data.tokens.device)
+    anchors = data.prompt_lengths[rows][:, None] + torch.tensor([0, 3], device=rows.device)
+    agree, worst = 0, 0.0
+    with torch.no_grad():
+        inputs = block_inputs(torch, data, rows, anchors, recipe, embed)
+        batched = draft_logits(drafter, data, rows, inputs, head).float()
+        s = recipe.block_size
+        for i in range(len(rows)):
+            for j in range(anchors.shape[1]):
+                p = int(anchors[i, j])
+                block = inputs[0][i, j * s : (j + 1) * s]
+                h = drafter.draft_one(data.feats[rows[i]], block, p)[1:]
+                one = (h @ head.t().to(h.dtype)).float()
+                worst = max(worst, float((one - batched[i, j]).abs().max()))
+                agree += int(torch.equal(one.argmax(-1), batched[i, j].argmax(-1)))
+    return {"blocks": int(rows.numel() * anchors.shape[1]), "same_tokens": agree,
+            "max_abs_logit_diff": round(worst, 6)}  # fmt: skip
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+def write_drafter(
+    out: Path, drafter: Any, config: dict[str, Any], shapes: dict[str, tuple[int, ...]]
+) -> str:
+    """config.json and model.safetensors (float16), in the order and shapes SGLang reads."""
+    import numpy as np
+
+    state = {k: v.detach().float().cpu().numpy().astype(np.float16)
+             for k, v in drafter.state_dict().items()}  # fmt: skip
+    if {k: tuple(v.shape) for k, v in state.items()} != dict(shapes):
+        raise SystemExit(
+            "make-dflash-drafter: the trained weights do not have the names and shapes SGLang "
+            f"reads: got {sorted(state)}, want {sorted(shapes)}"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    entries = [(name, shapes[name], np.dtype(np.float16)) for name in shapes]
+    writer = hf_layout.SafetensorsWriter(out / hf_layout.SAFETENSORS, entries, {"format": "pt"})
+    try:
+        for name in shapes:
+            writer.write(name, state[name])
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    hf_layout.write_json(out / "config.json", config)
+    return hashlib.sha256((out / hf_layout.SAFETENSORS).read_bytes()).hexdigest()
+
+
+def output_dir(target: Path, out_dir: Path | None, recipe: Recipe) -> Path:
+    stem = target.name.removesuffix(".hf")
+    name = f"{stem}.dflash-b{recipe.block_size}-distilled-seed{recipe.seed}.hf"
+    return (out_dir or target.parent) / name
+
+
+def target_identity(target: Path) -> dict[str, Any]:
+    config = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    sidecar = target / hf_layout.SIDECAR
+    digest = json.loads(sidecar.read_text()).get("sha256") if sidecar.is_file() else None
+    return {"name": target.name, "sha256": digest, "config": config}
+
+
+def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
+    target: Path = args.target
+    if not (target / "config.json").is_file():
+        raise SystemExit(
+            f"make-dflash-drafter: {target / 'config.json'} does not exist; give --target the "
+            "Hugging Face folder of the target (make-memory-bound-models --format hf)"
+        )
+    recipe.check()
+    identity = target_identity(target)
+    target_config = identity["config"]
+    config, shapes = sglang_drafters.dflash(
+        target_config, recipe.block_size, recipe.ffn, recipe.layers, list(recipe.target_layer_ids)
+    )
+    config["dflash_config"]["mask_token_id"] = recipe.mask_token_id
+    out = output_dir(target, args.out, recipe)
+    wanted = json.loads(json.dumps(
+        {"recipe": asdict(recipe), "target": {k: identity[k] for k in ("name", "sha256")}}
+    ))  # fmt: skip
+    sidecar = out / hf_layout.SIDECAR
+    if sidecar.is_file() and not args.force:
+        have = json.loads(sidecar.read_text(encoding="utf-8"))
+        if {k: have.get(k) for k in wanted} == wanted:
+            log(f"up to date: {out}")
+            return out
+
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(recipe.seed)
+    if device == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    began = time.monotonic()
+    model, tokenizer = load_target(target, device, dtype)
+    exclude = {json.loads(line).get("prompt") for line in _workload_lines()} - {None}
+    drawn = prompts(recipe.seed, recipe.prompts, exclude)
+    rendered = [render(tokenizer, text) for _, text in drawn]
+    log(f"target loaded on {device} ({time.monotonic() - began:.0f} s); "
+        f"{len(rendered)} prompts, {recipe.gen_tokens} tokens each")  # fmt: skip
+    data = generate(torch, model, rendered, recipe, log)
+    embed_w = model.get_input_embeddings().weight.detach()
+    head = model.get_output_embeddings().weight.detach()
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+    def embed(ids: Any) -> Any:
+        return torch.nn.functional.embedding(ids, embed_w).float()
+
+    drafter = build_modules(torch)(config).to(device)
+    for p in drafter.parameters():  # a trained layer's scale; norm gains of one
+        if p.ndim > 1:
+            torch.nn.init.normal_(p, std=0.02)
+    result = train(torch, drafter, data, recipe, embed, head, log,
+                   args.max_minutes * 60 if args.max_minutes else None)  # fmt: skip
+    check = server_path_check(torch, drafter, data, recipe, embed, head)
+    if check["same_tokens"] != check["blocks"]:
+        raise SystemExit(f"make-dflash-drafter: the server's path drafts other tokens: {check}")
+    part = out.with_name(out.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    digest = write_drafter(part, drafter, config, shapes)
+    kinds = {k: sum(1 for kind, _ in drawn if kind == k) for k in KINDS}
+    hf_layout.write_json(
+        part / hf_layout.SIDECAR,
+        {
+            **wanted,
+            "sha256": digest,
+            "params": sum(math.prod(s) for s in shapes.values()),
+            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            "torch": torch.__version__,
+            "data": {
+                "prompts_by_kind": kinds,
+                "tokens": int((data.lengths - data.prompt_lengths).sum()),
+                "generate_s": round(data.seconds, 1),
+                "held_out_sequences": recipe.eval_sequences,
+            },
+            "training": result,
+            "server_path_check": check,
+            "total_s": round(time.monotonic() - began, 1),
+        },
+    )
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(part, out)
+    log(f"wrote {out}: held-out accept length {result['final']['accept_length']:.2f}, "
+        f"{result['steps_done']} steps, {time.monotonic() - began:.0f} s in all")  # fmt: skip
+    return out
+
+
+def _workload_lines() -> list[str]:
+    """The suite's own prompts: the drafter is never trained on them."""
+    folder = Path(__file__).resolve().parent.parent / "pytest_specdec" / "prompts"
+    return [line for f in sorted(folder.glob("*.jsonl"))
+            for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]  # fmt: skip
+
+
+# --- the chart --------------------------------------------------------------------------------
+
+
+def chart(sidecar: dict[str, Any]) -> str:
+    """An SVG of the training loss and the held-out accept length by step."""
+    training = sidecar["training"]
+    panels = [("training loss (weighted cross-entropy)", training["loss"], "#1f77b4"),
+              ("held-out accept length (tokens per verify step)", training["accept_length"],
+               "#d62728")]  # fmt: skip
+    w, h, pad = 640, 220, 50
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{2 * h + 30}" '
+             'font-family="sans-serif" font-size="12">',
+             f'<rect width="{w}" height="{2 * h + 30}" fill="white"/>']  # fmt: skip
+    last = max(float(training["steps_done"]), 1.0)
+    for i, (title, points, colour) in enumerate(panels):
+        top = i * h + 20
+        ys = [float(p[1]) for p in points]
+        lo, hi = min([*ys, 0.0]), max(ys) * 1.05 or 1.0
+        x0, x1, y0, y1 = pad, w - 20, top + h - 40, top + 20
+
+        def px(step: float, value: float) -> tuple[float, float]:
+            return (x0 + (x1 - x0) * step / last, y0 - (y0 - y1) * (value - lo) / (hi - lo))  # noqa: B023
+
+        coords = " ".join(f"{a:.1f},{b:.1f}" for a, b in (px(p[0], p[1]) for p in points))
+        parts += [
+            f'<text x="{x0}" y="{top + 12}" font-weight="bold">{title}</text>',
+            f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="black"/>',
+            f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="black"/>',
+            f'<text x="{x0 - 5}" y="{y0}" text-anchor="end">{lo:.2f}</text>',
+            f'<text x="{x0 - 5}" y="{y1 + 4}" text-anchor="end">{hi:.2f}</text>',
+            f'<text x="{x1}" y="{y0 + 15}" text-anchor="end">step {int(last)}</text>',
+            f'<text x="{x0}" y="{y0 + 15}">0</text>',
+            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{coords}"/>',
+        ]
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+# --- command line -----------------------------------------------------------------------------
+
+
+def _ids(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give target layer ids as integers separated by commas, e.g. 1,8,14,20,27"
+        ) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["chart"]:
+        if len(argv) != 3:
+            raise SystemExit("usage: make-dflash-drafter chart SIDECAR.json OUT.svg")
+        svg = chart(json.loads(Path(argv[1]).read_text(encoding="utf-8")))
+        part = Path(argv[2] + ".part")
+        part.write_text(svg, encoding="utf-8")
+        os.replace(part, argv[2])
+        return 0
+    d = Recipe()
+    p = argparse.ArgumentParser(prog="make-dflash-drafter", description=__doc__.split("\n")[0])
+    p.add_argument("--target", type=Path, required=True, help="the target's Hugging Face folder")
+    p.add_argument("--out", type=Path, help="folder for the drafter (default: the target's)")
+    p.add_argument("--device", help="cuda or cpu (default: cuda where there is one)")
+    p.add_argument("--force", action="store_true", help="train again even if up to date")
+    p.add_argument("--max-minutes", type=float,
+                   help="stop training after this long (recorded in the sidecar)")  # fmt: skip
+    p.add_argument("--target-layer-ids", type=_ids, default=d.target_layer_ids,
+                   help="target layers feeding the drafter (default %(default)s)")  # fmt: skip
+    for name in ("seed", "prompts", "gen_tokens", "gen_batch", "layers", "ffn", "block_size",
+                 "mask_token_id", "steps", "batch", "anchors", "warmup", "eval_every",
+                 "eval_sequences"):  # fmt: skip
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name),
+                       help="default %(default)s")  # fmt: skip
+    for name in ("lr", "gamma"):
+        p.add_argument(
+            f"--{name}", type=float, default=getattr(d, name), help="default %(default)s"
+        )
+    args = p.parse_args(argv)
+    fields = {f for f in Recipe.__dataclass_fields__ if f != "generator"}
+    recipe = Recipe(**{f: getattr(args, f) for f in fields})
+
+    def log(message: str) -> None:
+        print(f"[make-dflash-drafter] {message}", file=sys.stderr, flush=True)
+
+    print(make(args, recipe, log))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

