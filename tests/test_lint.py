@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tests_support import SGLANG_VERSION
 
-from pytest_specdec.core.configs import Registry, parse_config, preset_configs
+from pytest_specdec.core.configs import ConfigError, Registry, parse_config, preset_configs
 from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines import make_engine
 from pytest_specdec.engines.base import BootContext
@@ -297,3 +297,40 @@ def test_ddtree_b15_boots_with_the_forks_interface_where_the_fork_is_installed(
     assert "(interface sglang-pr-29907): --speculative-ddtree-budget" in out
     assert "(interface sglang-ddtree-fork): ok (sglang 0.0.0.dev0+ddtree" in out
     assert out.rstrip().endswith("sglang:ddtree-b15: boots with interface sglang-ddtree-fork")
+
+
+def test_engine_interfaces_boot_the_extra_args_the_installed_sglang_takes(
+    sglang_python: str, tmp_path: Path
+) -> None:
+    """[engines.sglang.interfaces.NAME] in a suite file: the suite's own extra_args name a flag
+    this SGLang does not have (as 0.5.17's graph flags are unknown to the DDTree fork), so its
+    own parser picks the interface whose flags it takes, once per engine; the record says
+    which, and why not the other."""
+    from pytest_specdec.core.suitefile import load_suite_settings
+    from pytest_specdec.driver.boot import Booter
+    from pytest_specdec.driver.settings import RunSettings
+    from pytest_specdec.measure.client import LoopThread
+
+    suite_file = tmp_path / "suite.toml"
+    suite_file.write_text(
+        f'[engines.sglang]\npython = "{sglang_python}"\n'
+        'extra_args = ["--cuda-graph-max-bs-everywhere", "4"]\n'
+        '[engines.sglang.interfaces.older]\nextra_args = ["--cuda-graph-max-bs", "4"]\n'
+        '[engines.sglang.interfaces.also]\nextra_args = ["--dtype", "float16"]\n'
+    )
+    suite = load_suite_settings(suite_file)
+    cfg = next(c for c in preset_configs() if c.qualified_name == "sglang:baseline")
+    loop = LoopThread()
+    booter = Booter(RunSettings(engine="sglang", model="org/target"), suite, loop)
+    engine = booter.engine_for(cfg)
+    assert engine.settings.extra_args == ("--cuda-graph-max-bs", "4")
+    label, _, tried = booter.engine_choice["sglang"]
+    assert label == "older" and list(tried) == ["default"]
+    assert "--cuda-graph-max-bs-everywhere: unknown to SGLang's argument parser" in tried["default"]
+    assert booter.engine_for(cfg).settings is engine.settings  # chosen once
+    loop.close()
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[engines.sglang.interfaces.older]\nargs = ["--x"]\n')
+    with pytest.raises(ConfigError, match=r"interfaces.older\]: give exactly one key, extra_args"):
+        load_suite_settings(bad)

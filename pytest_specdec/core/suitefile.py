@@ -34,7 +34,7 @@ from pytest_specdec.core.modelfile import cache_root
 from pytest_specdec.core.values import SCORES
 
 SUITE_KEYS = {"suite", "models", "engines", "configs"}
-ENGINE_KEYS = {"binary", "python", "extra_args", "startup_timeout_s", "env", "api"}
+ENGINE_KEYS = {"binary", "python", "extra_args", "startup_timeout_s", "env", "api", "interfaces"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,16 @@ class EngineSettings:
     startup_timeout_s: float = 600.0
     env: Mapping[str, str] = field(default_factory=dict)
     api: str = "chat"  # "chat" (OpenAI streaming chat) | "native" (engine-native endpoint)
+    # extra_args for engine builds that name these flags otherwise (an older release, a fork):
+    # name -> args. The first set the installed engine's own lint accepts is booted.
+    interfaces: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def variants(self) -> list[tuple[str, EngineSettings]]:
+        """These settings as each interface has them, its own extra_args first."""
+        own = replace(self, interfaces={})
+        return [("default", own)] + [
+            (name, replace(own, extra_args=args)) for name, args in self.interfaces.items()
+        ]
 
 
 @dataclass(frozen=True)
@@ -140,6 +150,12 @@ def _models(doc: Mapping[str, Any], where: str, base: Path | None) -> dict[str, 
     return out
 
 
+def _strings(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise ConfigError(f"{what} must be a list of strings, got {value!r}")
+    return value
+
+
 def _engines(doc: Mapping[str, Any], where: str) -> dict[str, EngineSettings]:
     out: dict[str, EngineSettings] = {}
     for engine, table in _table(doc, "engines", where).items():
@@ -150,9 +166,18 @@ def _engines(doc: Mapping[str, Any], where: str) -> dict[str, EngineSettings]:
         unknown = sorted(set(table) - ENGINE_KEYS)
         if unknown:
             raise ConfigError(f"{loc}: unknown key(s) {unknown}; valid: {sorted(ENGINE_KEYS)}")
-        extra = table.get("extra_args", [])
-        if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
-            raise ConfigError(f"{loc}: extra_args must be a list of strings, got {extra!r}")
+        extra = _strings(table.get("extra_args", []), f"{loc}: extra_args")
+        interfaces = table.get("interfaces", {})
+        if not isinstance(interfaces, dict):
+            raise ConfigError(
+                f"{loc}: interfaces must be tables, [engines.{engine}.interfaces.NAME]"
+            )
+        alternatives: dict[str, tuple[str, ...]] = {}
+        for name, alt in interfaces.items():
+            where_alt = f"{loc.removesuffix(']')}.interfaces.{name}]"
+            if not isinstance(alt, dict) or set(alt) != {"extra_args"}:
+                raise ConfigError(f"{where_alt}: give exactly one key, extra_args = [...]")
+            alternatives[str(name)] = tuple(_strings(alt["extra_args"], f"{where_alt}: extra_args"))
         timeout = table.get("startup_timeout_s", 600.0)
         if not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ConfigError(
@@ -166,6 +191,7 @@ def _engines(doc: Mapping[str, Any], where: str) -> dict[str, EngineSettings]:
             binary=table.get("binary"),
             python=table.get("python"),
             extra_args=tuple(extra),
+            interfaces=alternatives,
             startup_timeout_s=float(timeout),
             env={str(k): str(v) for k, v in dict(table.get("env", {})).items()},
         )

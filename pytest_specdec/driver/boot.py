@@ -22,7 +22,7 @@ import httpx
 from pytest_specdec.core.configs import ConfigError, Registry, SpecConfig
 from pytest_specdec.core.modelfile import model_identity
 from pytest_specdec.core.results import ConfigRecord
-from pytest_specdec.core.suitefile import SuiteSettings
+from pytest_specdec.core.suitefile import EngineSettings, SuiteSettings
 from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.engines import Engine, make_engine
 from pytest_specdec.engines.base import BootContext, LaunchSpec, redact
@@ -103,10 +103,46 @@ class Booter:
         self.gpu = gpu
         self.transport = transport
         self._secrets: Path | None = None
+        # engine name -> (interface, its settings, what was tried): chosen once per engine
+        self.engine_choice: dict[str, tuple[str, EngineSettings, dict[str, str]]] = {}
 
     def engine_for(self, cfg: SpecConfig) -> Engine:
         name = self.settings.engine if self.settings.server_url else cfg.engine
-        return make_engine(name, self.suite.engine_settings(cfg.engine))
+        settings = self.suite.engine_settings(cfg.engine)
+        if settings.interfaces:
+            settings = self.engine_interface(name, cfg, settings)
+        return make_engine(name, settings)
+
+    def engine_interface(
+        self, name: str, cfg: SpecConfig, settings: EngineSettings
+    ) -> EngineSettings:
+        """Of a suite's engine settings with interfaces, the first whose extra_args the
+        installed engine's own lint accepts (its own first), chosen once per engine; its own
+        where none does (the boot's lint then names the flags) or where lint is off."""
+        if name in self.engine_choice:
+            return self.engine_choice[name][1]
+        variants = settings.variants()
+        chosen, tried = variants[0], {}
+        if self.settings.lint and not self.settings.server_url:
+            plain = SpecConfig(name="(engine arguments)", engine=name)
+            try:
+                target = self.models_for(replace(cfg, draft=None))[0]
+            except ConfigError:  # the boot says so; the flags are checked all the same
+                target = "model"
+            for label, variant in variants:
+                engine = make_engine(name, variant)
+                ctx = BootContext(plain, target, None, self.settings.host, 0)
+                try:
+                    found = errors(engine.lint(engine.build_command(ctx)))
+                except LintUnavailable as exc:
+                    tried[label] = f"not checked: {exc}"
+                    break
+                if not found:
+                    chosen = (label, variant)
+                    break
+                tried[label] = "; ".join(str(f) for f in found)
+        self.engine_choice[name] = (chosen[0], chosen[1], tried)
+        return chosen[1]
 
     def models_for(self, cfg: SpecConfig) -> tuple[str, str | None]:
         """The target and draft model of ``cfg``: the run's settings, then the config, then
@@ -239,6 +275,9 @@ class Booter:
                 record.extra.setdefault("cooldown", []).append(waited)
                 cost["cooldown_s"] = time.perf_counter() - mark
         record.extra["engine_args"] = list(engine.settings.extra_args)
+        if engine.name in self.engine_choice:
+            label, _, tried = self.engine_choice[engine.name]
+            record.extra["engine_interface"] = {"chosen": label, "tried": tried}
         if self.settings.cpus is not None and docker is None:
             record.extra["engine_cpus"] = describe(self.settings.cpus)
         return target, draft
