@@ -82,57 +82,87 @@ _TASKS = [
     "rotates a matrix by 90 degrees", "formats a number with thousands separators",
     "computes the median of a stream", "deduplicates a list while keeping order",
     "serializes a binary tree", "evaluates an arithmetic expression", "run-length encodes a string",
-    "finds all anagrams in a word list",
+    "finds all anagrams in a word list", "checks whether brackets are balanced",
+    "computes the edit distance of two strings", "groups records by a key",
+    "converts a date string to ISO format", "finds the k most frequent words",
 ]  # fmt: skip
-_LANGUAGES = ["Python", "JavaScript", "Go", "Rust", "C", "TypeScript", "Java"]
+_LANGUAGES = ["Python", "JavaScript", "Go", "Rust", "C", "TypeScript", "Java", "C++", "Kotlin",
+              "Swift"]  # fmt: skip
 _THINGS = [
     "a library book", "a weather station reading", "a customer order", "a flight booking",
     "a music album", "a bank transaction", "a recipe", "a student record", "a product review",
-    "a server log entry", "a calendar event", "a chess game",
+    "a server log entry", "a calendar event", "a chess game", "a hotel room", "a job posting",
+    "a parcel delivery", "a football match",
 ]  # fmt: skip
 _SUBJECTS = [
     "the sea", "autumn leaves", "a city at night", "mountains", "an old clock", "the moon",
     "rain on a window", "a lighthouse", "first snow", "a train journey", "a garden", "silence",
+    "a desert", "a cat asleep", "the first day of spring", "a forgotten letter", "a river",
+    "a thunderstorm", "an empty station", "morning coffee",
 ]  # fmt: skip
-KINDS = ("code", "explanation", "arithmetic", "json", "verse")
+# kind -> (template, the choices of each slot): every prompt of a kind is one combination
+TEMPLATES: dict[str, tuple[str, dict[str, list[str]]]] = {
+    "code": ("Write a {lang} function that {task}. {extra}", {
+        "lang": _LANGUAGES, "task": _TASKS,
+        "extra": ["Add type hints and a docstring.", "Include a few tests.",
+                  "Explain its running time after the code.", "Handle invalid input with errors.",
+                  "Use no libraries.", "Comment every step."],
+    }),
+    "explanation": ("Explain {topic} to {who}. {style}", {
+        "topic": _TOPICS,
+        "who": ["a student", "a new programmer", "a curious child", "an engineer", "a manager",
+                "a teacher"],
+        "style": ["Write in full paragraphs and give an example.", "Use an analogy.",
+                  "Start with a short history.", "Compare it with an alternative.",
+                  "Keep it under two hundred words.", "End with three review questions."],
+    }),
+    "arithmetic": ("What is {a} {op} {b}? {show}", {
+        "a": [str(n) for n in range(11, 1000)], "b": [str(n) for n in range(11, 100)],
+        "op": ["multiplied by", "plus", "minus", "divided by"],
+        "show": ["Show each step of the computation.", "Give the result and one line of working."],
+    }),
+    "json": ("Give a JSON object describing {thing} with {n} fields{shape}, then {after}.", {
+        "thing": _THINGS, "n": ["3", "4", "5", "6", "7", "8"],
+        "shape": ["", " and one nested object", " and one list"],
+        "after": ["explain each field", "write a Python dataclass for it",
+                  "show how to validate it", "give a second example", "list its edge cases"],
+    }),
+    "verse": ("Write {form} about {subject}{mood}.", {
+        "form": ["a haiku", "a short poem", "four rhyming lines", "a limerick", "a sonnet",
+                 "a free-verse poem", "an ode"],
+        "subject": _SUBJECTS,
+        "mood": ["", " in a joyful tone", " in a melancholy tone", " for children",
+                 " in the second person", " without using the letter e", " with a title",
+                 " in the style of a folk song", " that rhymes", " as a dialogue"],
+    }),
+}  # fmt: skip
+KINDS = tuple(TEMPLATES)
+
+
+def capacity(kind: str) -> int:
+    """How many distinct prompts ``kind`` has."""
+    return math.prod(len(choices) for choices in TEMPLATES[kind][1].values())
 
 
 def prompt_of(kind: str, rng: random.Random) -> str:
     """One prompt of ``kind``, drawn from ``rng``."""
-    if kind == "code":
-        lang, task = rng.choice(_LANGUAGES), rng.choice(_TASKS)
-        extra = rng.choice(
-            ["Add type hints and a docstring.", "Include a few tests.",
-             "Explain its running time after the code.", "Handle invalid input with errors."]
-        )  # fmt: skip
-        return f"Write a {lang} function that {task}. {extra}"
-    if kind == "explanation":
-        topic = rng.choice(_TOPICS)
-        who = rng.choice(["a student", "a new programmer", "a curious child", "an engineer"])
-        return f"Explain {topic} to {who}. Write in full paragraphs and give an example."
-    if kind == "arithmetic":
-        a, b = rng.randint(11, 999), rng.randint(11, 99)
-        op = rng.choice(["multiplied by", "plus", "minus", "divided by"])
-        return f"What is {a} {op} {b}? Show each step of the computation."
-    if kind == "json":
-        thing = rng.choice(_THINGS)
-        n = rng.randint(3, 7)
-        return f"Give a JSON object describing {thing} with {n} fields, then explain each field."
-    subject = rng.choice(_SUBJECTS)
-    form = rng.choice(["a haiku", "a short poem", "four rhyming lines", "a limerick"])
-    return f"Write {form} about {subject}."
+    template, slots = TEMPLATES[kind]
+    return template.format(**{name: rng.choice(choices) for name, choices in slots.items()})
 
 
 def prompts(seed: int, count: int, exclude: Iterable[str] = ()) -> list[tuple[str, str]]:
     """``count`` distinct (kind, prompt) pairs, the kinds in turn; none of ``exclude``."""
+    per_kind = -(-count // len(KINDS))
+    most = min(capacity(k) for k in KINDS) // 2 * len(KINDS)
+    if per_kind > min(capacity(k) for k in KINDS) // 2:
+        raise SystemExit(
+            f"make-dflash-drafter: --prompts {count} is more than these templates draw from "
+            f"comfortably; give --prompts {most} or fewer"
+        )
     rng = random.Random(seed)
     seen = set(exclude)
     out: list[tuple[str, str]] = []
-    tries = 0
     while len(out) < count:
-        tries += 1
-        if tries > 50 * count:
-            raise SystemExit(f"make-dflash-drafter: cannot draw {count} distinct prompts")
         kind = KINDS[len(out) % len(KINDS)]
         text = prompt_of(kind, rng)
         if text not in seen:
@@ -642,10 +672,10 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     dtype = torch.float16 if device == "cuda" else torch.float32
-    began = time.monotonic()
-    model, tokenizer = load_target(target, device, dtype)
     exclude = {json.loads(line).get("prompt") for line in _workload_lines()} - {None}
     drawn = prompts(recipe.seed, recipe.prompts, exclude)
+    began = time.monotonic()
+    model, tokenizer = load_target(target, device, dtype)
     rendered = [render(tokenizer, text) for _, text in drawn]
     log(f"target loaded on {device} ({time.monotonic() - began:.0f} s); "
         f"{len(rendered)} prompts, {recipe.gen_tokens} tokens each")  # fmt: skip

@@ -34,7 +34,10 @@ TARGETS = [f"sglang.{m}" for m in (
     "srt.models.dflash", "srt.layers.attention.flashattention_backend",
     "srt.layers.attention.triton_backend", "srt.layers.attention.flashinfer_backend",
     "srt.speculative.ngram_worker", "srt.speculative.standalone_worker",
-    "srt.speculative.eagle_worker", "srt.speculative.dflash_worker")]  # fmt: skip
+    "srt.speculative.eagle_worker", "srt.speculative.dflash_worker",
+    # the default grammar backend, imported as the scheduler starts: a fork whose other modules
+    # do not import xgrammar failed its H200 boot there
+    "srt.constrained.xgrammar_backend")]  # fmt: skip
 # Imported in a function as the server boots on a GPU (CUDA-only): seen failing H200 boots.
 AT_BOOT = {"sgl-deep-gemm": "import deep_gemm: sglang.srt.layers.attention.dsa_backend, from "
            "eagle_worker_v2._capture_cuda_graphs (STANDALONE/EAGLE3 boot on an H200)"}  # fmt: skip

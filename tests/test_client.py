@@ -15,7 +15,14 @@ import httpx
 import pytest
 
 from pytest_specdec.core.configs import Registry, preset_configs
-from pytest_specdec.core.results import RunRecord, finalize_timings, load_results
+from pytest_specdec.core.results import (
+    RunRecord,
+    finalize_timings,
+    load_results,
+    meta_info_rates,
+    position_rates_of,
+    rates_from_histogram,
+)
 from pytest_specdec.core.suitefile import EngineSettings, SuiteSettings
 from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.driver.runner import Runner, RunSettings, run_errors
@@ -440,6 +447,27 @@ def test_sglang_native_accept_length_is_tokens_per_verify_step() -> None:
     meta = {"completion_tokens": 10, "spec_verify_ct": 4}
     rec = do_request(native(), generate_handler(sse({"text": "x", "meta_info": meta})))
     assert rec.accept_length == 2.5
+
+
+def test_sglang_histogram_of_correct_drafts_gives_acceptance_per_position() -> None:
+    """SGLang's meta_info counts the verify steps by how many drafted tokens they accepted;
+    position k is accepted in the steps with at least k (as measured on an H200: a chain of 15
+    drafts, 19 verify steps)."""
+    hist = [4, 1, 3, 1, 1, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0, 5]
+    meta = {"completion_tokens": 128, "spec_verify_ct": 19, "spec_num_proposed_drafts": 285,
+            "spec_correct_drafts_histogram": hist}  # fmt: skip
+    rec = do_request(native(), generate_handler(sse({"text": "x", "meta_info": meta})))
+    rates = rec.extra["accept_rate_per_position"]
+    assert len(rates) == 15 and rates[0] == 15 / 19 and rates[-1] == 5 / 19
+    assert rates == sorted(rates, reverse=True)
+    assert position_rates_of({"extra": {"meta_info": meta}}) == rates  # results from before
+    # a tree's histogram ends at its longest accepted path: the positions after it are zero
+    tree = {"spec_verify_ct": 24, "spec_num_proposed_drafts": 360,
+            "spec_correct_drafts_histogram": [0, 0, 4, 5, 3, 5, 5, 1, 1]}  # fmt: skip
+    want = [24 / 24, 24 / 24, 20 / 24, 15 / 24, 12 / 24, 7 / 24, 2 / 24, 1 / 24]
+    assert meta_info_rates(tree) == want + [0.0] * 7
+    for bad in ([], [3], [1, -1], [0, 0], "x", [1, None]):
+        assert rates_from_histogram(bad) is None, bad
 
 
 def test_sglang_native_without_speculation_has_no_accept_length() -> None:

@@ -40,6 +40,13 @@ def test_prompts_are_repeatable_of_every_kind_and_never_the_suites() -> None:
     assert len(set(texts)) == len(texts) and not set(texts) & suite
 
 
+def test_the_default_recipe_draws_its_prompts_and_too_many_are_refused() -> None:
+    count = dflash_drafter.Recipe().prompts
+    assert len({text for _, text in dflash_drafter.prompts(1, count)}) == count
+    with pytest.raises(SystemExit, match=r"--prompts 100000 is more than these templates draw"):
+        dflash_drafter.prompts(1, 100_000)
+
+
 def test_recipe_names_the_bad_value() -> None:
     with pytest.raises(SystemExit, match="--eval-sequences 10 must be between 1 and"):
         dflash_drafter.Recipe(prompts=10, eval_sequences=10).check()

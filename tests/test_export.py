@@ -187,6 +187,30 @@ def test_markdown_environment_is_collapsible_with_versions_models_and_hardware()
     assert env.rstrip().endswith("</details>")
 
 
+def test_markdown_has_acceptance_per_draft_position_where_runs_report_it() -> None:
+    """Per draft position over the usable measured runs: from the engine's own rates (llama.cpp)
+    or from SGLang's histogram of correct drafts per verify step, padded to the drafts it
+    proposed per step; failed and invalid runs left out; no section where no run has them."""
+    doc = synthetic()
+    assert "Acceptance per draft position" not in markdown_summary(doc)
+    draft = next(c for c in doc["configs"] if c["name"] == "draft-d4")
+    hist = {"spec_correct_drafts_histogram": [1, 1, 2], "spec_verify_ct": 4,
+            "spec_num_proposed_drafts": 12}  # fmt: skip
+    for r in draft["runs"]:
+        if r["prompt"] == "p1":
+            r["extra"]["meta_info"] = hist  # 3 drafts per step: 75%, 50%, then 0%
+        elif r["prompt"] == "p2":  # runs 1 (invalid) and 2 (failed) do not count
+            r["extra"]["accept_rate_per_position"] = (
+                [0.5, 0.25, 0.0] if r["run"] != 1 else [1, 1, 1]
+            )
+    text = markdown_summary(doc)
+    section = text.split("### Acceptance per draft position")[1].split("### GPU health")[0]
+    assert "| `draft-d4` | 65% | 40% | 0% |" in section  # (3 x 75% + 2 x 50%) / 5, ...
+    assert "| `draft-d4` | p1 | 75% | 50% | 0% |" in section
+    assert "| `draft-d4` | p2 | 50% | 25% | 0% |" in section
+    assert "baseline" not in section
+
+
 def test_markdown_says_why_sections_are_empty() -> None:
     doc = synthetic()
     doc["verdicts"], doc["gpu"] = [], None

@@ -84,6 +84,42 @@ def finalize_timings(rec: RunRecord) -> RunRecord:
     return rec
 
 
+def rates_from_histogram(histogram: Any, positions: int | None = None) -> list[float] | None:
+    """Acceptance rate per draft position from a histogram of correct drafts per verify step
+    (``histogram[j]`` steps accepted exactly j drafted tokens, SGLang's
+    ``spec_correct_drafts_histogram``): position k is accepted in the steps with at least k
+    correct drafts, the rate llama.cpp reports per position (accepted / drafted). The engine
+    may end the histogram at the longest run it saw; ``positions`` (drafts per step) pads it."""
+    if not isinstance(histogram, list) or len(histogram) < 2:
+        return None
+    counts = [c if isinstance(c, (int, float)) and c >= 0 else None for c in histogram]
+    steps = sum(c for c in counts if c is not None)
+    if None in counts or steps <= 0:
+        return None
+    rates = [sum(counts[k:]) / steps for k in range(1, len(counts))]  # type: ignore[arg-type]
+    return rates + [0.0] * max(0, (positions or 0) - len(rates))
+
+
+def meta_info_rates(meta: Mapping[str, Any]) -> list[float] | None:
+    """Acceptance per draft position from SGLang's ``meta_info``, as wide as the drafts it
+    proposed per verify step."""
+    proposed, steps = meta.get("spec_num_proposed_drafts"), meta.get("spec_verify_ct")
+    width = None
+    if isinstance(proposed, int) and isinstance(steps, int) and steps > 0 and proposed % steps == 0:
+        width = proposed // steps
+    return rates_from_histogram(meta.get("spec_correct_drafts_histogram"), width)
+
+
+def position_rates_of(run: Mapping[str, Any]) -> list[float] | None:
+    """A run record's acceptance rate per draft position: as the engine reported it, else from
+    its histogram of correct drafts per verify step."""
+    extra = run.get("extra") or {}
+    rates = extra.get("accept_rate_per_position")
+    if rates:
+        return [float(r) for r in rates]
+    return meta_info_rates(extra.get("meta_info") or {})
+
+
 @dataclass
 class ConfigRecord:
     """One config's server session: what was booted and everything measured on it."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from pytest_specdec.core.results import RunRecord
+from pytest_specdec.core.results import RunRecord, meta_info_rates
 from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines.base import (
     BootContext,
@@ -104,6 +104,9 @@ def apply_meta_info(meta: Mapping[str, Any], rec: RunRecord) -> None:
         rec.accept_length = tokens / verify
         rec.accept_source = "meta_info"
     rec.extra["meta_info"] = {k: meta[k] for k in META_FIELDS if k in meta}
+    rates = meta_info_rates(meta)
+    if rates:
+        rec.extra["accept_rate_per_position"] = rates
     finish = meta.get("finish_reason")
     if isinstance(finish, dict):
         rec.finish_reason = str(finish.get("type"))

@@ -22,6 +22,7 @@ from pytest_specdec.report.summary import (
     unmeasured_label,
 )
 from pytest_specdec.verdict.acceptance import short
+from pytest_specdec.verdict.sessions import position_rates
 
 INVALIDATING = set(decode_reasons(DEFAULT_INVALIDATING_BITS))
 NONE = "-"
@@ -307,3 +308,39 @@ def environment_details(results: Mapping[str, Any], recs: Sequence[ConfigRecord]
     out.append(f"- tool: {md(tool.get('name'))} {md(tool.get('version'))}")
     out += [f"- {code(r.name)} command: {code(' '.join(r.command))}" for r in recs if r.command]
     return [*out, "", "</details>"]
+
+
+def position_section(results: Mapping[str, Any], prompts: Sequence[str]) -> list[str]:
+    """Acceptance rate per draft position, per config over the suite's prompts and per prompt
+    (where the engine reports it); nothing where no config has it."""
+    rows, per_prompt = [], []
+    for config in results.get("configs") or []:
+        rates = position_rates(config, prompts)
+        if not rates:
+            continue
+        name = code(config.get("name"))
+        rows.append([name, *(f"{r:.0%}" for r in rates)])
+        for p in prompts:
+            own = position_rates(config, [p])
+            if own:
+                per_prompt.append([name, md(p), *(f"{r:.0%}" for r in own)])
+    if not rows:
+        return []
+    width = max(len(r) for r in rows) - 1
+    header = ["config", *(str(k) for k in range(1, width + 1))]
+    return [
+        "### Acceptance per draft position",
+        "",
+        "Share of verify steps that accepted the drafted token at each position (a position is "
+        "accepted only with every one before it), over the measured runs.",
+        "",
+        md_table(header, [r + [""] * (width + 1 - len(r)) for r in rows], "l" + "r" * width),
+        "",
+        "<details><summary>Per prompt</summary>",
+        "",
+        md_table(["config", "prompt", *header[1:]],
+                 [r + [""] * (width + 2 - len(r)) for r in per_prompt], "ll" + "r" * width),
+        "",
+        "</details>",
+        "",
+    ]  # fmt: skip

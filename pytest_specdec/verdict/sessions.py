@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_specdec.core.results import position_rates_of
 from pytest_specdec.core.values import SCORES
 from pytest_specdec.verdict.baselines import (
     BaselineError,
@@ -196,11 +197,7 @@ def position_rates(
     config: Mapping[str, Any], prompts: Sequence[str], session: int | None = None
 ) -> list[float]:
     """Mean acceptance rate per draft position over the usable runs that report it."""
-    rows = [
-        r["extra"]["accept_rate_per_position"]
-        for r in _usable(config, prompts, session)
-        if (r.get("extra") or {}).get("accept_rate_per_position")
-    ]
+    rows = [rates for r in _usable(config, prompts, session) if (rates := position_rates_of(r))]
     return column_means(rows)
 
 
