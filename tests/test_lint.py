@@ -334,3 +334,27 @@ def test_engine_interfaces_boot_the_extra_args_the_installed_sglang_takes(
     bad.write_text('[engines.sglang.interfaces.older]\nargs = ["--x"]\n')
     with pytest.raises(ConfigError, match=r"interfaces.older\]: give exactly one key, extra_args"):
         load_suite_settings(bad)
+
+
+def test_the_parser_is_asked_once_per_command_line_whatever_the_port(
+    sglang_python: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each boot picks a free port; the parser's answer does not depend on it, so a command line
+    linted once (as the interface is chosen) is not parsed again at its boot, nor at the next
+    run's (on an H200 each parse of SGLang's arguments took about 20 s)."""
+    from pytest_specdec.engines.lint import lint_sglang, probe_argv
+    from pytest_specdec.engines.scripts import cache_dir
+
+    assert probe_argv(["--model-path", "m", "--port", "41234", "--tp", "1"]) == [
+        "--model-path", "m", "--port", "30000", "--tp", "1",
+    ]  # fmt: skip
+    assert probe_argv(["--port=5", "--port"]) == ["--port=30000", "--port"]
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPECDEC_SCRIPT_CACHE", raising=False)
+    argv = ["--model-path", "org/target", "--host", "127.0.0.1", "--no-such-flag"]
+    first = lint_sglang(sglang_python, [*argv, "--port", "41234"])
+    assert [f.flag for f in first] == ["--no-such-flag"]
+    entries = sorted(cache_dir().rglob("*.json"))
+    assert len(entries) == 1
+    assert lint_sglang(sglang_python, [*argv, "--port", "50001"]) == first
+    assert sorted(cache_dir().rglob("*.json")) == entries  # answered from the cache

@@ -163,10 +163,25 @@ def lint_by_help(args: Sequence[str], help_argv: Sequence[str]) -> list[Finding]
     return unknown_flags(args, flags_in_help(help_text(help_argv)))
 
 
+PROBE_PORT = "30000"
+
+
+def probe_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with its port set to one value: the parser takes any port alike, and the
+    cached result of a command line then serves every boot of it (each picks a free port)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--port" and i + 1 < len(out):
+            out[i + 1] = PROBE_PORT
+        elif arg.startswith("--port="):
+            out[i] = f"--port={PROBE_PORT}"
+    return out
+
+
 def sglang_probe(python: str, argv: Sequence[str], timeout: float = 120.0) -> dict[str, object]:
     try:
         data: dict[str, object] = run_script_cached(
-            python, _SGLANG_PROBE, [json.dumps(list(argv))], timeout=timeout,
+            python, _SGLANG_PROBE, [json.dumps(probe_argv(argv))], timeout=timeout,
             packages=("sglang",),
         )  # fmt: skip
     except ScriptFailed as exc:
