@@ -121,28 +121,24 @@ class Booter:
         where none does (the boot's lint then names the flags) or where lint is off."""
         if name in self.engine_choice:
             return self.engine_choice[name][1]
-        variants = settings.variants()
-        chosen, tried = variants[0], {}
+        variants = dict(settings.variants())
+        chosen = next(iter(variants))  # its own extra_args
+        tried: dict[str, str] = {}
         if self.settings.lint and not self.settings.server_url:
             plain = SpecConfig(name="(engine arguments)", engine=name)
             try:
                 target = self.models_for(replace(cfg, draft=None))[0]
             except ConfigError:  # the boot says so; the flags are checked all the same
                 target = "model"
-            for label, variant in variants:
-                engine = make_engine(name, variant)
-                ctx = BootContext(plain, target, None, self.settings.host, 0)
-                try:
-                    found = errors(engine.lint(engine.build_command(ctx)))
-                except LintUnavailable as exc:
-                    tried[label] = f"not checked: {exc}"
-                    break
-                if not found:
-                    chosen = (label, variant)
-                    break
-                tried[label] = "; ".join(str(f) for f in found)
-        self.engine_choice[name] = (chosen[0], chosen[1], tried)
-        return chosen[1]
+            ctx = BootContext(plain, target, None, self.settings.host, 0)
+            taken, tried, unchecked = first_accepted(
+                (label, make_engine(name, variant), ctx) for label, variant in variants.items()
+            )
+            if unchecked is not None:
+                tried[unchecked[0]] = f"not checked: {unchecked[1]}"
+            chosen = taken or chosen
+        self.engine_choice[name] = (chosen, variants[chosen], tried)
+        return variants[chosen]
 
     def models_for(self, cfg: SpecConfig) -> tuple[str, str | None]:
         """The target and draft model of ``cfg``: the run's settings, then the config, then
@@ -307,18 +303,16 @@ class Booter:
         if not cfg.alternatives or not self.settings.lint or self.settings.server_url:
             return cfg, {}
         target, draft = self.models_for(cfg)
-        tried: dict[str, str] = {}
-        for name in [cfg.interface, *cfg.alternatives]:
-            variant = cfg.with_interface(name)
-            ctx = BootContext(variant, target, draft, self.settings.host, 0)
-            try:
-                found = errors(engine.lint(engine.build_command(ctx)))
-            except LintUnavailable as exc:
-                return cfg.with_interface(cfg.interface), {"chosen": cfg.interface,
-                                                           "not checked": str(exc)}  # fmt: skip
-            if not found:
-                return variant, {"chosen": name, "tried": tried}
-            tried[name] = "; ".join(str(f) for f in found)
+        host = self.settings.host
+        taken, tried, unchecked = first_accepted(
+            (name, engine, BootContext(cfg.with_interface(name), target, draft, host, 0))
+            for name in [cfg.interface, *cfg.alternatives]
+        )
+        if unchecked is not None:
+            return cfg.with_interface(cfg.interface), {"chosen": cfg.interface,
+                                                       "not checked": unchecked[1]}  # fmt: skip
+        if taken is not None:
+            return cfg.with_interface(taken), {"chosen": taken, "tried": tried}
         return cfg.with_interface(cfg.interface), {"chosen": None, "tried": tried}
 
     def lint_or_raise(
@@ -383,6 +377,24 @@ class Booter:
         if self._secrets is not None:
             shutil.rmtree(self._secrets, ignore_errors=True)
             self._secrets = None
+
+
+def first_accepted(
+    candidates: Iterable[tuple[str, Engine, BootContext]],
+) -> tuple[str | None, dict[str, str], tuple[str, str] | None]:
+    """Of (label, engine, context) candidates, in order, the label of the first whose command
+    line the engine's own lint accepts (None if none does); the findings of each one before it;
+    and, where lint could not run, the label it stopped at and why (nothing tried after)."""
+    tried: dict[str, str] = {}
+    for label, engine, ctx in candidates:
+        try:
+            found = errors(engine.lint(engine.build_command(ctx)))
+        except LintUnavailable as exc:
+            return None, tried, (label, str(exc))
+        if not found:
+            return label, tried, None
+        tried[label] = "; ".join(str(f) for f in found)
+    return None, tried, None
 
 
 def lint_hint(engine: Engine, spec: LaunchSpec) -> str:
