@@ -41,7 +41,6 @@ length by step, timings and sha256). A folder whose recipe matches is kept as it
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -152,9 +151,9 @@ def prompt_of(kind: str, rng: random.Random) -> str:
 
 def prompts(seed: int, count: int, exclude: Iterable[str] = ()) -> list[tuple[str, str]]:
     """``count`` distinct (kind, prompt) pairs, the kinds in turn; none of ``exclude``."""
-    per_kind = -(-count // len(KINDS))
-    most = min(capacity(k) for k in KINDS) // 2 * len(KINDS)
-    if per_kind > min(capacity(k) for k in KINDS) // 2:
+    per_kind_most = min(capacity(k) for k in KINDS) // 2  # rejection draws stay quick
+    most = per_kind_most * len(KINDS)
+    if -(-count // len(KINDS)) > per_kind_most:
         raise SystemExit(
             f"make-dflash-drafter: --prompts {count} is more than these templates draw from "
             f"comfortably; give --prompts {most} or fewer"
@@ -612,18 +611,7 @@ def write_drafter(
             "make-dflash-drafter: the trained weights do not have the names and shapes SGLang "
             f"reads: got {sorted(state)}, want {sorted(shapes)}"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    entries = [(name, shapes[name], np.dtype(np.float16)) for name in shapes]
-    writer = hf_layout.SafetensorsWriter(out / hf_layout.SAFETENSORS, entries, {"format": "pt"})
-    try:
-        for name in shapes:
-            writer.write(name, state[name])
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
-    hf_layout.write_json(out / "config.json", config)
-    return hashlib.sha256((out / hf_layout.SAFETENSORS).read_bytes()).hexdigest()
+    return sglang_drafters.write_weights(out, config, {name: state[name] for name in shapes})
 
 
 def output_dir(target: Path, out_dir: Path | None, recipe: Recipe) -> Path:

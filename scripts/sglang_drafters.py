@@ -194,17 +194,27 @@ BUILDERS: dict[
 }
 
 
-def write(out: Path, kind: str, config: dict[str, Any], shapes: Shapes, seed: int) -> str:
-    """The drafter's folder; returns the weights' sha256."""
+def write_weights(out: Path, config: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
+    """A drafter's folder: ``config.json`` and ``model.safetensors`` (the arrays in their
+    order; none left half-written); returns the weights' sha256."""
     out.mkdir(parents=True, exist_ok=True)
-    arrays = {n: tensor(seed, kind, i, n, s) for i, (n, s) in enumerate(shapes.items())}
     entries = [(n, a.shape, a.dtype) for n, a in arrays.items()]
     writer = hf_layout.SafetensorsWriter(out / hf_layout.SAFETENSORS, entries, {"format": "pt"})
-    for name, array in arrays.items():
-        writer.write(name, array)
+    try:
+        for name, array in arrays.items():
+            writer.write(name, array)
+    except BaseException:
+        writer.abort()
+        raise
     writer.close()
     hf_layout.write_json(out / "config.json", config)
     return hashlib.sha256((out / hf_layout.SAFETENSORS).read_bytes()).hexdigest()
+
+
+def write(out: Path, kind: str, config: dict[str, Any], shapes: Shapes, seed: int) -> str:
+    """The drafter's folder, its weights from the seed; returns the weights' sha256."""
+    arrays = {n: tensor(seed, kind, i, n, s) for i, (n, s) in enumerate(shapes.items())}
+    return write_weights(out, config, arrays)
 
 
 def make(target: Path, out_dir: Path, kind: str, args: argparse.Namespace) -> Path:
