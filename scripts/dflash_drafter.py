@@ -523,10 +523,11 @@ def train(
 
     loss_curve: list[list[float]] = []
     accept_curve: list[list[float]] = []
-    first = evaluate(torch, drafter, data, held, recipe, embed, head)
-    accept_curve.append([0, round(first["accept_length"], 4)])
+    last = evaluate(torch, drafter, data, held, recipe, embed, head)  # at the newest step
+    accept_curve.append([0, round(last["accept_length"], 4)])
     start, steps_done, stopped_early = time.monotonic(), 0, False
-    window: list[float] = []
+    # the loss summed on the device (float64, as Python would add it): no sync at every step
+    window, window_n = torch.zeros((), dtype=torch.float64, device=device), 0
     for step in range(recipe.steps):
         if max_seconds is not None and time.monotonic() - start > max_seconds:
             stopped_early = True
@@ -548,25 +549,25 @@ def train(
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         opt.step()
         steps_done = step + 1
-        window.append(float(loss.detach()))
+        window, window_n = window + loss.detach().double(), window_n + 1
         if steps_done % max(1, recipe.eval_every // 10) == 0 or steps_done == recipe.steps:
-            loss_curve.append([steps_done, round(sum(window) / len(window), 4)])
-            window = []
+            loss_curve.append([steps_done, round(float(window) / window_n, 4)])
+            window, window_n = torch.zeros_like(window), 0
         if steps_done % recipe.eval_every == 0 or steps_done == recipe.steps:
-            ev = evaluate(torch, drafter, data, held, recipe, embed, head)
-            accept_curve.append([steps_done, round(ev["accept_length"], 4)])
+            last = evaluate(torch, drafter, data, held, recipe, embed, head)
+            accept_curve.append([steps_done, round(last["accept_length"], 4)])
             log(f"step {steps_done}: loss {loss_curve[-1][1]:.3f}, held-out accept length "
-                f"{ev['accept_length']:.2f} ({time.monotonic() - start:.0f} s)")  # fmt: skip
-    final = evaluate(torch, drafter, data, held, recipe, embed, head)
-    if accept_curve[-1][0] != steps_done:
-        accept_curve.append([steps_done, round(final["accept_length"], 4)])
+                f"{last['accept_length']:.2f} ({time.monotonic() - start:.0f} s)")  # fmt: skip
+    if accept_curve[-1][0] != steps_done:  # stopped between evaluations
+        last = evaluate(torch, drafter, data, held, recipe, embed, head)
+        accept_curve.append([steps_done, round(last["accept_length"], 4)])
     return {
         "steps_done": steps_done,
         "stopped_early": stopped_early,
         "seconds": round(time.monotonic() - start, 1),
         "loss": loss_curve,
         "accept_length": accept_curve,
-        "final": final,
+        "final": last,
     }
 
 
