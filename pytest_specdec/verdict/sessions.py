@@ -27,8 +27,8 @@ from pytest_specdec.verdict.suite import suite_values
 
 def score_of(results: Mapping[str, Any]) -> str:
     """What the verdicts of a results document judge (core/values.py ``SCORES``): its option
-    ``score``,
-    end-to-end tok/s where it has none (documents written before the choice existed)."""
+    ``score``, end-to-end tok/s where it has none (documents written before the choice
+    existed)."""
     score = (results.get("options") or {}).get("score") or "e2e"
     if score not in SCORES:
         raise ValueError(f"score {score!r}: choose one of {', '.join(SCORES)}")
