@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +33,7 @@ from fake_nvml import FakeNvml
 from fault_server import FaultServer, accepts_connections, cmdline, engine_pids, parent_pid
 
 import pytest_specdec.driver.boot as boot_module
+import pytest_specdec.engines.launch as launch_module
 import pytest_specdec.gpu.nvml as gpu_module
 from pytest_specdec.core.configs import Registry, preset_configs
 from pytest_specdec.core.results import ResultsError, load_results, merge_worker_results
@@ -50,6 +51,7 @@ from pytest_specdec.engines.launch import (
     stop_process,
     wait_ready,
 )
+from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.gpu.monitor import GpuMonitor, GpuSettings
 from pytest_specdec.gpu.nvml import NvmlLoader
 from pytest_specdec.verdict.baselines import append_session
@@ -161,12 +163,66 @@ def _offer_first(monkeypatch: pytest.MonkeyPatch, port: int) -> list[int]:
     """Make the runner's first free-port pick ``port`` (as if it was taken after the pick)."""
     offered: list[int] = []
 
-    def pick(host: str = "127.0.0.1") -> int:
-        offered.append(free_port(host) if offered else port)
+    def pick(host: str = "127.0.0.1", offsets: Sequence[int] = ()) -> int:
+        offered.append(free_port(host, offsets) if offered else port)
         return offered[-1]
 
     monkeypatch.setattr(boot_module, "free_port", pick)
     return offered
+
+
+def _os_picks(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
+    """Make every port the OS picks (a bind to port 0) come out as ``port``."""
+    real = launch_module._bind
+    monkeypatch.setattr(launch_module, "_bind", lambda host, p: port if p == 0 else real(host, p))
+
+
+def test_free_port_leaves_room_for_the_ports_an_engine_derives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _os_picks(monkeypatch, 61234)  # an OS ephemeral port: +10000 would be 71234
+    for _ in range(20):
+        port = free_port("127.0.0.1", (10000,))
+        assert 1024 <= port <= 55535
+        with socket.socket() as derived:  # the derived port was free when picked
+            derived.bind(("127.0.0.1", port + 10000))
+    assert free_port("127.0.0.1") == 61234  # no offsets: the OS's pick stands
+
+
+def test_free_port_skips_a_port_whose_derived_port_is_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        held = holder.getsockname()[1]
+        _os_picks(monkeypatch, held - 7)  # fits below 65535, but its port + 7 is taken
+        port = free_port("127.0.0.1", (7,))
+        assert port != held - 7 and port + 7 != held
+
+
+def test_free_port_names_offsets_that_leave_no_port() -> None:
+    with pytest.raises(ValueError, match=r"port offsets \[65000\]"):
+        free_port("127.0.0.1", (65000,))
+
+
+@pytest.mark.engine
+def test_runner_boots_an_engine_whose_derived_port_must_stay_below_65536(
+    models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the DDTree SGLang build, which refuses to start when --port + 10000 > 65535."""
+    _os_picks(monkeypatch, 64999)
+    monkeypatch.setattr(LlamaCppEngine, "port_offsets", (10000,))
+    runner = _engine_runner(tmp_path, models["target"], request_timeout_s=60)
+    try:
+        server = runner.boot(runner.configs[0])
+        try:
+            port = int(server.base_url.rsplit(":", 1)[1])
+            assert port <= 55535 and _healthy(port)
+        finally:
+            runner.stop(server)
+    finally:
+        runner.close()
+    assert engine_pids(tmp_path) == []
 
 
 @pytest.mark.engine

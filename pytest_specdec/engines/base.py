@@ -133,6 +133,7 @@ class Engine(Protocol):
     async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None: ...
 
     flushes: bool
+    port_offsets: tuple[int, ...]
 
     async def flush(self, client: httpx.AsyncClient) -> None: ...
 
@@ -331,6 +332,8 @@ class EngineBase:
     # Variables of the parent's environment that the engine reads (it inherits them all):
     # recorded with each run, since they change the engine's behaviour without a flag.
     env_prefixes: tuple[str, ...] = ("CUDA_", "NCCL_", "TORCH_", "PYTORCH_")
+    # Ports the engine derives from its own (``port + offset``): each must be valid and free.
+    port_offsets: tuple[int, ...] = ()
 
     def __init__(self, settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()

@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import random
 import secrets
 import signal
 import socket
@@ -52,10 +53,41 @@ class LaunchError(RuntimeError):
     """The engine did not start or did not become ready; the message carries the log tail."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+HIGHEST_PORT = 65535
+LOWEST_PORT = 1024  # below: privileged
+PORT_PICKS = 256  # tries before giving up on a port whose derived ports are usable too
+
+
+def _bind(host: str, port: int) -> int | None:
+    """The port bound on ``host`` (0: one the OS picks), or None where it is taken."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return None
         return int(sock.getsockname()[1])
+
+
+def free_port(host: str = "127.0.0.1", offsets: Sequence[int] = ()) -> int:
+    """A port free on ``host`` now, such that each ``port + offset`` (ports an engine derives
+    from its own, e.g. SGLang's gRPC port at ``--port + 10000``) is a valid port and free too.
+
+    The OS picks first (its ephemeral range, often up to 60999); where that leaves no room
+    for the offsets, ports are drawn from the range that does."""
+    highest = HIGHEST_PORT - max(offsets, default=0)
+    if highest < LOWEST_PORT:
+        raise ValueError(f"port offsets {list(offsets)} leave no port below {HIGHEST_PORT}")
+    draw = random.SystemRandom()
+    for attempt in range(PORT_PICKS):
+        port = _bind(host, 0 if attempt < 8 else draw.randint(LOWEST_PORT, highest))
+        if port is None or port > highest:
+            continue
+        if all(_bind(host, port + off) is not None for off in offsets):
+            return port
+    raise LaunchError(
+        f"no free port on {host} with port+{'/+'.join(map(str, offsets))} free too after "
+        f"{PORT_PICKS} tries; free some ports or set a different host"
+    )
 
 
 def log_tail(path: Path, lines: int = 25) -> str:

@@ -116,6 +116,9 @@ class SGLangEngine(EngineBase):
     name = "sglang"
     readiness_path = "/health_generate"
     env_prefixes = (*EngineBase.env_prefixes, "SGLANG_", "SGL_", "FLASHINFER_")
+    # its gRPC port, --port + 10000 unless SGLANG_GRPC_PORT says otherwise: some builds (e.g.
+    # the DDTree fork) refuse to start when that is above 65535, even with gRPC off
+    port_offsets = (10000,)
 
     def check_installed(self) -> None:
         settings = self.settings
