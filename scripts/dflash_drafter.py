@@ -26,12 +26,20 @@ early miss ends the accepted run, so early positions matter most), over many anc
 sequence at once: one forward pass holds every anchor's block, each masked to the context
 before its anchor and to its own block.
 
-Accept length by step: on held-out continuations, a verify step at anchor ``n`` accepts the
-drafted tokens up to the first one that differs from the target's greedy token, plus the
-target's own token, as SGLang's greedy verification does; its mean over the anchors is
-written beside the loss, every ``--eval-every`` steps. A final check recomputes some anchors
-the way the server does (context keys and values first, then the block on its own) and
-records how far the two paths differ.
+Accept length by step: a verify step at anchor ``n`` accepts the drafted tokens up to the
+first one that differs from the target's greedy token, plus the target's own token, as
+SGLang's greedy verification does; its mean over the anchors is written beside the loss,
+every ``--eval-every`` steps, on two sets never trained on:
+
+* held-out continuations of prompts about other things than the training prompts (every
+  fourth task, topic, number, object and subject is kept out of training). The weights kept
+  are those of the best evaluation here: a drafter that memorises its training sequences
+  scores ever higher on prompts like them and ever lower on new ones;
+* the continuations of the suite's own prompts (``--eval-workload``, default ``seed``): what
+  the server will draft for, reported and never used to choose anything.
+
+A final check recomputes some anchors the way the server does (context keys and values first,
+then the block on its own) and records how far the two paths differ.
 
 Output beside the target: ``NAME.dflash-b16-distilled-seed1.hf/`` (``config.json``,
 ``model.safetensors`` in float16, ``specdec-model.json``: recipe, seed, steps, loss, accept
@@ -57,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # beside this file
 import hf_layout
 import sglang_drafters
 
-GENERATOR = "pytest-specdec make-dflash-drafter 1"
+GENERATOR = "pytest-specdec make-dflash-drafter 2"
 
 # --- prompts of the suite's kinds -----------------------------------------------------------
 
@@ -83,6 +91,8 @@ _TASKS = [
     "serializes a binary tree", "evaluates an arithmetic expression", "run-length encodes a string",
     "finds all anagrams in a word list", "checks whether brackets are balanced",
     "computes the edit distance of two strings", "groups records by a key",
+    "parses JSON without the json module", "validates a document against a simple schema",
+    "tokenizes an arithmetic expression", "computes Fibonacci numbers in three ways",
     "converts a date string to ISO format", "finds the k most frequent words",
 ]  # fmt: skip
 _LANGUAGES = ["Python", "JavaScript", "Go", "Rust", "C", "TypeScript", "Java", "C++", "Kotlin",
@@ -99,71 +109,129 @@ _SUBJECTS = [
     "a desert", "a cat asleep", "the first day of spring", "a forgotten letter", "a river",
     "a thunderstorm", "an empty station", "morning coffee",
 ]  # fmt: skip
-# kind -> (template, the choices of each slot): every prompt of a kind is one combination
-TEMPLATES: dict[str, tuple[str, dict[str, list[str]]]] = {
-    "code": ("Write a {lang} function that {task}. {extra}", {
-        "lang": _LANGUAGES, "task": _TASKS,
-        "extra": ["Add type hints and a docstring.", "Include a few tests.",
-                  "Explain its running time after the code.", "Handle invalid input with errors.",
-                  "Use no libraries.", "Comment every step."],
-    }),
-    "explanation": ("Explain {topic} to {who}. {style}", {
+# kind -> (template, the choices of each slot, requirement clauses, most clauses per prompt):
+# a prompt is one combination of the slots, then up to that many distinct clauses in a drawn
+# order, so that prompts run from one short line to a paragraph of requirements, as the suite's
+# own prompts do
+_CODE_CLAUSES = [
+    "Give every function type hints and a docstring.", "Raise a clear error for invalid input.",
+    "Add a test module that checks it on edge cases and on a few large inputs.",
+    "After the code, explain its time and memory cost.", "Use only the standard library.",
+    "Comment each step.", "Show example usage at the end.",
+    "Compare it with a simpler but slower approach.", "Make it handle very large inputs.",
+    "Keep the code short and readable.", "Say which version you would use in production and why.",
+    "Write it both iteratively and recursively, and check that the two agree.",
+    "Describe the algorithm in one paragraph before the code.",
+    "Handle empty input and unicode text.", "Include a small benchmark.",
+    "Explain each design decision after the code.", "Report errors with the line and column.",
+    "Return the results as a named tuple.",
+]  # fmt: skip
+_EXPLAIN_CLAUSES = [
+    "Write in full paragraphs, not bullet points.", "Start with a short history.",
+    "Walk through a worked example step by step.", "Say when it fails and why.",
+    "Compare it with an alternative.", "Give its costs and its benefits.",
+    "Use an analogy from everyday life.", "End with three review questions.",
+    "Keep it under two hundred words.", "Define every technical term you use.",
+    "Describe a common misconception and correct it.", "Give two real-world applications.",
+    "Explain why it matters in practice.", "Include a short summary at the end.",
+]  # fmt: skip
+_JSON_CLAUSES = [
+    "Then explain each field.", "Then write a Python dataclass for it.",
+    "Show how to validate it.", "Give a second example.", "List its edge cases.",
+    "Write a JSON schema for it.", "Show the same data as YAML.",
+    "Write a Python function that parses it and raises a custom error for malformed input.",
+    "Use realistic values.", "Say which fields are optional and why.",
+]  # fmt: skip
+_VERSE_CLAUSES = [
+    "Give it a title.", "After the poem, explain the images you chose in a paragraph.",
+    "Keep to a strict syllable count.", "Let one small detail change in every stanza.",
+    "End on a surprising image.", "Use the present tense.",
+    "Then write a second version in a different mood.", "Follow it through the four seasons.",
+]  # fmt: skip
+TEMPLATES: dict[str, tuple[str, dict[str, list[str]], list[str], int]] = {
+    "code": ("{ask} a {lang} {unit} that {task}.", {
+        "ask": ["Write", "Implement", "Create", "Build"], "lang": _LANGUAGES,
+        "unit": ["function", "module", "class", "script", "command-line program", "library"],
+        "task": _TASKS,
+    }, _CODE_CLAUSES, 4),
+    "explanation": ("Explain {topic} to {who}.", {
         "topic": _TOPICS,
         "who": ["a student", "a new programmer", "a curious child", "an engineer", "a manager",
-                "a teacher"],
-        "style": ["Write in full paragraphs and give an example.", "Use an analogy.",
-                  "Start with a short history.", "Compare it with an alternative.",
-                  "Keep it under two hundred words.", "End with three review questions."],
-    }),
-    "arithmetic": ("What is {a} {op} {b}? {show}", {
+                "a teacher", "a student who can program but has never seen it"],
+    }, _EXPLAIN_CLAUSES, 4),
+    "arithmetic": ("What is {a} {op} {b}?", {
         "a": [str(n) for n in range(11, 1000)], "b": [str(n) for n in range(11, 100)],
         "op": ["multiplied by", "plus", "minus", "divided by"],
-        "show": ["Show each step of the computation.", "Give the result and one line of working."],
-    }),
-    "json": ("Give a JSON object describing {thing} with {n} fields{shape}, then {after}.", {
+    }, ["Show each step of the computation.",
+        "Give the result and one line showing how you computed it.",
+        "Check the answer another way.", "Round the result to two decimal places.",
+        "Explain the method for a child.", "Give the answer first, then the working."], 2),
+    "json": ("Give a JSON object describing {thing} with {n} fields{shape}.", {
         "thing": _THINGS, "n": ["3", "4", "5", "6", "7", "8"],
         "shape": ["", " and one nested object", " and one list"],
-        "after": ["explain each field", "write a Python dataclass for it",
-                  "show how to validate it", "give a second example", "list its edge cases"],
-    }),
+    }, _JSON_CLAUSES, 3),
     "verse": ("Write {form} about {subject}{mood}.", {
         "form": ["a haiku", "a short poem", "four rhyming lines", "a limerick", "a sonnet",
-                 "a free-verse poem", "an ode"],
+                 "a free-verse poem", "an ode", "a sequence of three haiku"],
         "subject": _SUBJECTS,
         "mood": ["", " in a joyful tone", " in a melancholy tone", " for children",
-                 " in the second person", " without using the letter e", " with a title",
-                 " in the style of a folk song", " that rhymes", " as a dialogue"],
-    }),
+                 " in the second person", " in the style of a folk song", " that rhymes",
+                 " as a dialogue"],
+    }, _VERSE_CLAUSES, 3),
 }  # fmt: skip
 KINDS = tuple(TEMPLATES)
 
 
-def capacity(kind: str) -> int:
-    """How many distinct prompts ``kind`` has."""
-    return math.prod(len(choices) for choices in TEMPLATES[kind][1].values())
+# the slot of each kind that says what a prompt is about: every HELD_OUT_EVERY-th of its choices
+# is kept out of training, so that held-out prompts are about things never trained on
+CONTENT_SLOT = {"code": "task", "explanation": "topic", "arithmetic": "a", "json": "thing",
+                "verse": "subject"}  # fmt: skip
+HELD_OUT_EVERY = 4
+SPLITS = ("train", "held-out")
 
 
-def prompt_of(kind: str, rng: random.Random) -> str:
-    """One prompt of ``kind``, drawn from ``rng``."""
-    template, slots = TEMPLATES[kind]
-    return template.format(**{name: rng.choice(choices) for name, choices in slots.items()})
+def _slots(kind: str, split: str) -> dict[str, list[str]]:
+    """The slot choices of ``kind`` that prompts of ``split`` draw from."""
+    _, slots, _, _ = TEMPLATES[kind]
+    content = slots[CONTENT_SLOT[kind]]
+    held = split == "held-out"
+    kept = [c for i, c in enumerate(content) if (i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1) == held]
+    return {**slots, CONTENT_SLOT[kind]: kept}
 
 
-def prompts(seed: int, count: int, exclude: Iterable[str] = ()) -> list[tuple[str, str]]:
-    """``count`` distinct (kind, prompt) pairs, the kinds in turn; none of ``exclude``."""
-    per_kind_most = min(capacity(k) for k in KINDS) // 2  # rejection draws stay quick
+def capacity(kind: str, split: str = "train") -> int:
+    """How many distinct prompts ``kind`` has in ``split``."""
+    _, _, clauses, most = TEMPLATES[kind]
+    orders = sum(math.perm(len(clauses), k) for k in range(most + 1))
+    return math.prod(len(choices) for choices in _slots(kind, split).values()) * orders
+
+
+def prompt_of(kind: str, rng: random.Random, split: str = "train") -> str:
+    """One prompt of ``kind`` in ``split``, drawn from ``rng``."""
+    template, _, clauses, most = TEMPLATES[kind]
+    slots = _slots(kind, split)
+    text = template.format(**{name: rng.choice(choices) for name, choices in slots.items()})
+    return " ".join([text, *rng.sample(clauses, rng.randint(0, most))])
+
+
+def prompts(
+    seed: int, count: int, exclude: Iterable[str] = (), split: str = "train"
+) -> list[tuple[str, str]]:
+    """``count`` distinct (kind, prompt) pairs of ``split``, the kinds in turn; none of
+    ``exclude``. The held-out split's prompts are about other things than the training's."""
+    per_kind_most = min(capacity(k, split) for k in KINDS) // 2  # rejection draws stay quick
     most = per_kind_most * len(KINDS)
     if -(-count // len(KINDS)) > per_kind_most:
         raise SystemExit(
             f"make-dflash-drafter: --prompts {count} is more than these templates draw from "
             f"comfortably; give --prompts {most} or fewer"
         )
-    rng = random.Random(seed)
+    rng = random.Random(f"{seed}/{split}")
     seen = set(exclude)
     out: list[tuple[str, str]] = []
     while len(out) < count:
         kind = KINDS[len(out) % len(KINDS)]
-        text = prompt_of(kind, rng)
+        text = prompt_of(kind, rng, split)
         if text not in seen:
             seen.add(text)
             out.append((kind, text))
@@ -176,9 +244,9 @@ def prompts(seed: int, count: int, exclude: Iterable[str] = ()) -> list[tuple[st
 @dataclass(frozen=True)
 class Recipe:
     seed: int = 1
-    prompts: int = 3072
-    gen_tokens: int = 256
-    gen_batch: int = 256
+    prompts: int = 8192
+    gen_tokens: int = 160
+    gen_batch: int = 512
     layers: int = 3
     ffn: int = 1536
     target_layer_ids: tuple[int, ...] = (1, 8, 14, 20, 27)
@@ -192,6 +260,7 @@ class Recipe:
     gamma: float = 7.0
     eval_every: int = 250
     eval_sequences: int = 64
+    eval_workload: str = "seed"  # the suite's prompts the accept length is also measured on
     generator: str = GENERATOR
 
     def check(self) -> None:
@@ -205,6 +274,8 @@ class Recipe:
                 f"make-dflash-drafter: --eval-sequences {self.eval_sequences} must be between 1 "
                 f"and --prompts - 1 ({self.prompts - 1})"
             )
+        if self.eval_workload:
+            workload_prompts(self.eval_workload)  # names the workloads there are
 
 
 # --- the drafter, in plain torch ------------------------------------------------------------
@@ -505,8 +576,13 @@ def evaluate(
 
 def train(
     torch: Any, drafter: Any, data: Data, recipe: Recipe, embed: Any, head: Any, log: Any,
-    max_seconds: float | None,
+    max_seconds: float | None, workload: Data | None = None,
 ) -> dict[str, Any]:  # fmt: skip
+    """Train; every ``eval_every`` steps the accept length on the held-out continuations (of
+    prompts about things never trained on) and, with ``workload``, on the continuations of
+    the suite's own prompts (report only). The weights kept are those of the evaluation with
+    the best held-out accept length: a small drafter on a few thousand sequences overfits
+    them, and its accept length on new text falls while the loss still drops."""
     device = data.tokens.device
     n = data.tokens.shape[0]
     held = torch.arange(n - recipe.eval_sequences, n, device=device)
@@ -523,8 +599,27 @@ def train(
 
     loss_curve: list[list[float]] = []
     accept_curve: list[list[float]] = []
-    last = evaluate(torch, drafter, data, held, recipe, embed, head)  # at the newest step
-    accept_curve.append([0, round(last["accept_length"], 4)])
+    workload_curve: list[list[float]] = []
+    # the kept weights (a copy on the device), the step and the measurements at that step
+    kept: dict[str, Any] = {"step": -1, "accept": -1.0}
+
+    def measure(at: int) -> str:
+        held_out = evaluate(torch, drafter, data, held, recipe, embed, head)
+        accept_curve.append([at, round(held_out["accept_length"], 4)])
+        said = f"held-out accept length {held_out['accept_length']:.2f}"
+        on = None
+        if workload is not None:
+            rows = torch.arange(workload.tokens.shape[0], device=device)
+            on = evaluate(torch, drafter, workload, rows, recipe, embed, head)
+            workload_curve.append([at, round(on["accept_length"], 4)])
+            said += f", on the {recipe.eval_workload} prompts {on['accept_length']:.2f}"
+        if held_out["accept_length"] > kept["accept"]:
+            state = {k: v.detach().clone() for k, v in drafter.state_dict().items()}
+            kept.update(step=at, accept=held_out["accept_length"], state=state,
+                        final=held_out, final_workload=on)  # fmt: skip
+        return said
+
+    measure(0)
     start, steps_done, stopped_early = time.monotonic(), 0, False
     # the loss summed on the device (float64, as Python would add it): no sync at every step
     window, window_n = torch.zeros((), dtype=torch.float64, device=device), 0
@@ -554,20 +649,26 @@ def train(
             loss_curve.append([steps_done, round(float(window) / window_n, 4)])
             window, window_n = torch.zeros_like(window), 0
         if steps_done % recipe.eval_every == 0 or steps_done == recipe.steps:
-            last = evaluate(torch, drafter, data, held, recipe, embed, head)
-            accept_curve.append([steps_done, round(last["accept_length"], 4)])
-            log(f"step {steps_done}: loss {loss_curve[-1][1]:.3f}, held-out accept length "
-                f"{last['accept_length']:.2f} ({time.monotonic() - start:.0f} s)")  # fmt: skip
+            said = measure(steps_done)
+            log(f"step {steps_done}: loss {loss_curve[-1][1]:.3f}, {said} "
+                f"({time.monotonic() - start:.0f} s)")  # fmt: skip
     if accept_curve[-1][0] != steps_done:  # stopped between evaluations
-        last = evaluate(torch, drafter, data, held, recipe, embed, head)
-        accept_curve.append([steps_done, round(last["accept_length"], 4)])
+        measure(steps_done)
+    drafter.load_state_dict(kept["state"])
+    if kept["step"] != steps_done:
+        log(f"kept the weights of step {kept['step']}: the best held-out accept length")
+    on_workload = {} if workload is None else {
+        "workload_accept_length": workload_curve, "final_workload": kept["final_workload"],
+    }  # fmt: skip
     return {
         "steps_done": steps_done,
         "stopped_early": stopped_early,
         "seconds": round(time.monotonic() - start, 1),
         "loss": loss_curve,
         "accept_length": accept_curve,
-        "final": last,
+        "kept_step": kept["step"],
+        "final": kept["final"],
+        **on_workload,
     }
 
 
@@ -662,13 +763,20 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
     torch.use_deterministic_algorithms(True, warn_only=True)
     dtype = torch.float16 if device == "cuda" else torch.float32
     exclude = {json.loads(line).get("prompt") for line in _workload_lines()} - {None}
-    drawn = prompts(recipe.seed, recipe.prompts, exclude)
+    # training prompts, then the held-out ones (the last rows): about other things
+    drawn = prompts(recipe.seed, recipe.prompts - recipe.eval_sequences, exclude) + prompts(
+        recipe.seed, recipe.eval_sequences, exclude, split="held-out"
+    )
     began = time.monotonic()
     model, tokenizer = load_target(target, device, dtype)
     rendered = [render(tokenizer, text) for _, text in drawn]
     log(f"target loaded on {device} ({time.monotonic() - began:.0f} s); "
         f"{len(rendered)} prompts, {recipe.gen_tokens} tokens each")  # fmt: skip
     data = generate(torch, model, rendered, recipe, log)
+    workload = None
+    if recipe.eval_workload:
+        texts = workload_prompts(recipe.eval_workload)
+        workload = generate(torch, model, [render(tokenizer, t) for t in texts], recipe, log)
     embed_w = model.get_input_embeddings().weight.detach()
     head = model.get_output_embeddings().weight.detach()
     del model
@@ -683,7 +791,7 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
         if p.ndim > 1:
             torch.nn.init.normal_(p, std=0.02)
     result = train(torch, drafter, data, recipe, embed, head, log,
-                   args.max_minutes * 60 if args.max_minutes else None)  # fmt: skip
+                   args.max_minutes * 60 if args.max_minutes else None, workload)  # fmt: skip
     check = server_path_check(torch, drafter, data, recipe, embed, head)
     if check["same_tokens"] != check["blocks"]:
         raise SystemExit(f"make-dflash-drafter: the server's path drafts other tokens: {check}")
@@ -704,6 +812,7 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
                 "tokens": int((data.lengths - data.prompt_lengths).sum()),
                 "generate_s": round(data.seconds, 1),
                 "held_out_sequences": recipe.eval_sequences,
+                "workload_sequences": 0 if workload is None else int(workload.tokens.shape[0]),
             },
             "training": result,
             "server_path_check": check,
@@ -713,8 +822,10 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
     if out.exists():
         shutil.rmtree(out)
     os.replace(part, out)
-    log(f"wrote {out}: held-out accept length {result['final']['accept_length']:.2f}, "
-        f"{result['steps_done']} steps, {time.monotonic() - began:.0f} s in all")  # fmt: skip
+    on = result.get("final_workload")
+    log(f"wrote {out}: held-out accept length {result['final']['accept_length']:.2f}"
+        + (f", on the {recipe.eval_workload} prompts {on['accept_length']:.2f}" if on else "")
+        + f", {result['steps_done']} steps, {time.monotonic() - began:.0f} s in all")  # fmt: skip
     return out
 
 
@@ -725,30 +836,53 @@ def _workload_lines() -> list[str]:
             for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]  # fmt: skip
 
 
+def workload_prompts(name: str) -> list[str]:
+    """The prompts of the suite's built-in workload ``name`` (single-turn ones)."""
+    folder = Path(__file__).resolve().parent.parent / "pytest_specdec" / "prompts"
+    path = folder / f"{name}.jsonl"
+    if not path.is_file():
+        names = ", ".join(sorted(f.stem for f in folder.glob("*.jsonl")))
+        raise SystemExit(
+            f"make-dflash-drafter: --eval-workload {name!r} is not a built-in workload; give "
+            f"one of {names}, or '' to measure on held-out continuations only"
+        )
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+             if line.strip()]  # fmt: skip
+    texts = [str(d["prompt"]) for d in lines if d.get("prompt")]
+    if not texts:
+        raise SystemExit(f"make-dflash-drafter: --eval-workload {name!r} has no single-turn "
+                         "prompts to continue; give seed")  # fmt: skip
+    return texts
+
+
 # --- the chart --------------------------------------------------------------------------------
 
 
 def chart(sidecar: dict[str, Any]) -> str:
-    """An SVG of the training loss and the held-out accept length by step."""
+    """An SVG of the training loss and the accept length by step: on held-out continuations
+    and, where measured, on the suite's own prompts."""
     training = sidecar["training"]
-    panels = [("training loss (weighted cross-entropy)", training["loss"], "#1f77b4"),
-              ("held-out accept length (tokens per verify step)", training["accept_length"],
-               "#d62728")]  # fmt: skip
+    workload = sidecar.get("recipe", {}).get("eval_workload") or "workload"
+    accept = [("held-out continuations", training["accept_length"], "#d62728")]
+    if training.get("workload_accept_length"):
+        accept.append((f"the {workload} prompts", training["workload_accept_length"], "#2ca02c"))
+    panels = [("training loss (weighted cross-entropy)",
+               [("loss", training["loss"], "#1f77b4")]),
+              ("accept length (tokens per verify step)", accept)]  # fmt: skip
     w, h, pad = 640, 220, 50
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{2 * h + 30}" '
              'font-family="sans-serif" font-size="12">',
              f'<rect width="{w}" height="{2 * h + 30}" fill="white"/>']  # fmt: skip
     last = max(float(training["steps_done"]), 1.0)
-    for i, (title, points, colour) in enumerate(panels):
+    for i, (title, series) in enumerate(panels):
         top = i * h + 20
-        ys = [float(p[1]) for p in points]
+        ys = [float(p[1]) for _, points, _ in series for p in points]
         lo, hi = min([*ys, 0.0]), max(ys) * 1.05 or 1.0
         x0, x1, y0, y1 = pad, w - 20, top + h - 40, top + 20
 
         def px(step: float, value: float) -> tuple[float, float]:
             return (x0 + (x1 - x0) * step / last, y0 - (y0 - y1) * (value - lo) / (hi - lo))  # noqa: B023
 
-        coords = " ".join(f"{a:.1f},{b:.1f}" for a, b in (px(p[0], p[1]) for p in points))
         parts += [
             f'<text x="{x0}" y="{top + 12}" font-weight="bold">{title}</text>',
             f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="black"/>',
@@ -757,8 +891,19 @@ def chart(sidecar: dict[str, Any]) -> str:
             f'<text x="{x0 - 5}" y="{y1 + 4}" text-anchor="end">{hi:.2f}</text>',
             f'<text x="{x1}" y="{y0 + 15}" text-anchor="end">step {int(last)}</text>',
             f'<text x="{x0}" y="{y0 + 15}">0</text>',
-            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{coords}"/>',
         ]
+        for j, (name, points, colour) in enumerate(series):
+            coords = " ".join(f"{a:.1f},{b:.1f}" for a, b in (px(p[0], p[1]) for p in points))
+            parts.append(
+                f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{coords}"/>'
+            )
+            if i == 1 and training.get("kept_step") is not None:
+                kx = px(float(training["kept_step"]), lo)[0]
+                parts.append(f'<line x1="{kx:.1f}" y1="{y0}" x2="{kx:.1f}" y2="{y1}" '
+                             'stroke="grey" stroke-dasharray="4 3"/>')  # fmt: skip
+            if len(series) > 1:
+                parts.append(f'<text x="{x1}" y="{y1 + 14 * (j + 1)}" text-anchor="end" '
+                             f'fill="{colour}">{name}</text>')  # fmt: skip
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
@@ -800,6 +945,9 @@ def main(argv: list[str] | None = None) -> int:
                  "eval_sequences"):  # fmt: skip
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name),
                        help="default %(default)s")  # fmt: skip
+    p.add_argument("--eval-workload", default=d.eval_workload,
+                   help="built-in workload whose prompts the accept length is also measured "
+                        "on, never trained on ('' for none; default %(default)s)")  # fmt: skip
     for name in ("lr", "gamma"):
         p.add_argument(
             f"--{name}", type=float, default=getattr(d, name), help="default %(default)s"

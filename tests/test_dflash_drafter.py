@@ -38,13 +38,37 @@ def test_prompts_are_repeatable_of_every_kind_and_never_the_suites() -> None:
     assert {kind for kind, _ in drawn} == set(dflash_drafter.KINDS)
     texts = [text for _, text in drawn]
     assert len(set(texts)) == len(texts) and not set(texts) & suite
+    # from one line to a paragraph of requirements, as the suite's own prompts
+    sentences = sorted(text.count(". ") + text.count("? ") for text in texts)
+    assert sentences[0] == 0 and sentences[-1] >= 3
+
+
+def test_held_out_prompts_are_about_things_never_trained_on() -> None:
+    train = dflash_drafter.prompts(3, 2000)
+    held = dflash_drafter.prompts(3, 200, split="held-out")
+    for kind in dflash_drafter.KINDS:
+        slot = dflash_drafter.CONTENT_SLOT[kind]
+        kept_out = dflash_drafter._slots(kind, "held-out")[slot]
+        assert kept_out and not set(kept_out) & set(dflash_drafter._slots(kind, "train")[slot])
+        words = [c for c in kept_out if len(c) > 3]  # whole task/topic/object phrases
+        assert not any(w in text for w in words for k, text in train if k == kind)
+        assert any(w in text for w in words for k, text in held if k == kind) or not words
+    assert not {t for _, t in train} & {t for _, t in held}
+
+
+def test_eval_workload_names_the_workloads_there_are() -> None:
+    assert len(dflash_drafter.workload_prompts("seed")) == 5
+    with pytest.raises(SystemExit, match=r"--eval-workload 'nope' is not a built-in workload; "
+                       r"give one of .*seed"):  # fmt: skip
+        dflash_drafter.Recipe(eval_workload="nope").check()
+    dflash_drafter.Recipe(eval_workload="").check()  # none: held-out continuations only
 
 
 def test_the_default_recipe_draws_its_prompts_and_too_many_are_refused() -> None:
     count = dflash_drafter.Recipe().prompts
     assert len({text for _, text in dflash_drafter.prompts(1, count)}) == count
-    with pytest.raises(SystemExit, match=r"--prompts 100000 is more than these templates draw"):
-        dflash_drafter.prompts(1, 100_000)
+    with pytest.raises(SystemExit, match=r"--prompts 1000000 is more than these templates draw"):
+        dflash_drafter.prompts(1, 1_000_000)
 
 
 def test_recipe_names_the_bad_value() -> None:
@@ -124,7 +148,19 @@ def test_training_lowers_the_loss_and_records_accept_length_by_step(
     assert all(1.0 <= a <= 16.0 for _, a in training["accept_length"])
     by_position = training["final"]["acceptance_by_position"]
     assert len(by_position) == 15 and by_position == sorted(by_position, reverse=True)
-    assert sidecar["data"]["prompts_by_kind"] == {k: 2 for k in dflash_drafter.KINDS}
+    # 7 training prompts, then 3 held-out ones, the kinds in turn
+    assert sidecar["data"]["prompts_by_kind"] == {
+        "code": 3, "explanation": 3, "arithmetic": 2, "json": 1, "verse": 1
+    }  # fmt: skip
+    # the weights kept are those of the best held-out evaluation
+    best = max(training["accept_length"], key=lambda point: point[1])
+    assert training["kept_step"] == best[0]
+    assert training["final"]["accept_length"] == pytest.approx(best[1], abs=1e-4)
+    # the suite's own prompts, never trained on, measured at the same steps
+    assert sidecar["data"]["workload_sequences"] == 5
+    assert [step for step, _ in training["workload_accept_length"]] == steps
+    assert all(1.0 <= a <= 16.0 for _, a in training["workload_accept_length"])
+    assert len(training["final_workload"]["acceptance_by_position"]) == 15
     assert sidecar["recipe"]["seed"] == 1 and sidecar["recipe"]["target_layer_ids"] == [3, 15, 27]
 
 
@@ -156,5 +192,5 @@ def test_the_chart_draws_loss_and_accept_length(
     cli = [sys.executable, str(SCRIPT), "chart", str(folder / hf_layout.SIDECAR), str(out)]
     subprocess.run(cli, check=True)
     svg = out.read_text()
-    assert svg.startswith("<svg") and svg.count("<polyline") == 2
-    assert "held-out accept length" in svg and "step 40" in svg
+    assert svg.startswith("<svg") and svg.count("<polyline") == 3
+    assert "held-out continuations" in svg and "the seed prompts" in svg and "step 40" in svg
