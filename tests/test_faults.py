@@ -174,7 +174,7 @@ def _offer_first(monkeypatch: pytest.MonkeyPatch, port: int) -> list[int]:
 def _os_picks(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
     """Make every port the OS picks (a bind to port 0) come out as ``port``."""
     real = launch_module._bind
-    monkeypatch.setattr(launch_module, "_bind", lambda host, p: port if p == 0 else real(host, p))
+    monkeypatch.setattr(launch_module, "_bind", lambda at, p: port if p == 0 else real(at, p))
 
 
 def test_free_port_leaves_room_for_the_ports_an_engine_derives(
@@ -201,8 +201,28 @@ def test_free_port_skips_a_port_whose_derived_port_is_taken(
 
 
 def test_free_port_names_offsets_that_leave_no_port() -> None:
-    with pytest.raises(ValueError, match=r"port offsets \[65000\]"):
+    with pytest.raises(ValueError, match=r"port offsets \[65000\] leave no port"):
         free_port("127.0.0.1", (65000,))
+    with pytest.raises(ValueError, match=r"port offsets \[-5\]: each must be 1 or more"):
+        free_port("127.0.0.1", (-5,))
+
+
+def test_free_port_names_a_host_it_cannot_bind_at_once() -> None:
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match=r"cannot bind on (host '192\.0\.2\.1'|192\.0\.2\.1)"):
+        free_port("192.0.2.1", (10000,))  # TEST-NET-1: never this machine's
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 on this machine")
+def test_free_port_binds_an_ipv6_host() -> None:
+    try:
+        port = free_port("::1", (10000,))
+    except LaunchError as exc:  # IPv6 compiled in but no loopback address configured
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    assert 1024 <= port <= 55535
+    with socket.socket(socket.AF_INET6) as sock:
+        sock.bind(("::1", port + 10000))
 
 
 @pytest.mark.engine

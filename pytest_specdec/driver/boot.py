@@ -199,7 +199,7 @@ class Booter:
         target, draft = self.prepare(cfg, engine, record, cost)
         timeout = self.settings.startup_timeout_s or engine.settings.startup_timeout_s
         for attempt in range(PORT_RETRIES):
-            port = free_port(self.settings.host, engine.port_offsets)
+            port = free_port(self.settings.host, getattr(engine, "port_offsets", ()))
             ctx = BootContext(
                 cfg, target, draft, self.settings.host, port, self.settings.api_key,
                 secret_dir=self.secret_dir() if docker is None else None,

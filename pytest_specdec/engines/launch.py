@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import errno
 import os
 import random
 import secrets
@@ -58,13 +59,25 @@ LOWEST_PORT = 1024  # below: privileged
 PORT_PICKS = 256  # tries before giving up on a port whose derived ports are usable too
 
 
-def _bind(host: str, port: int) -> int | None:
-    """The port bound on ``host`` (0: one the OS picks), or None where it is taken."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+def _address(host: str) -> tuple[socket.AddressFamily, str]:
+    """The address family and address ``host`` binds as (resolved once: IPv4 or IPv6)."""
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    except OSError as exc:
+        raise LaunchError(f"cannot bind on host {host!r}: {exc}; give a local address") from exc
+    return family, str(addr[0])
+
+
+def _bind(where: tuple[socket.AddressFamily, str], port: int) -> int | None:
+    """The port bound (0: one the OS picks), or None where it is taken (or privileged)."""
+    family, address = where
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         try:
-            sock.bind((host, port))
-        except OSError:
-            return None
+            sock.bind((address, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES) and port:
+                return None
+            raise LaunchError(f"cannot bind on {address} port {port}: {exc}") from exc
         return int(sock.getsockname()[1])
 
 
@@ -74,19 +87,23 @@ def free_port(host: str = "127.0.0.1", offsets: Sequence[int] = ()) -> int:
 
     The OS picks first (its ephemeral range, often up to 60999); where that leaves no room
     for the offsets, ports are drawn from the range that does."""
+    if any(off < 1 for off in offsets):
+        raise ValueError(f"port offsets {list(offsets)}: each must be 1 or more")
     highest = HIGHEST_PORT - max(offsets, default=0)
     if highest < LOWEST_PORT:
         raise ValueError(f"port offsets {list(offsets)} leave no port below {HIGHEST_PORT}")
+    where = _address(host)
     draw = random.SystemRandom()
     for attempt in range(PORT_PICKS):
-        port = _bind(host, 0 if attempt < 8 else draw.randint(LOWEST_PORT, highest))
+        port = _bind(where, 0 if attempt < 8 else draw.randint(LOWEST_PORT, highest))
         if port is None or port > highest:
             continue
-        if all(_bind(host, port + off) is not None for off in offsets):
+        if all(_bind(where, port + off) is not None for off in offsets):
             return port
+    derived = "".join(f", port+{off}" for off in offsets)
     raise LaunchError(
-        f"no free port on {host} with port+{'/+'.join(map(str, offsets))} free too after "
-        f"{PORT_PICKS} tries; free some ports or set a different host"
+        f"no free port on {host} (port{derived} all free) after {PORT_PICKS} tries; "
+        "free some ports or use another host"
     )
 
 
