@@ -43,6 +43,24 @@ def test_prompts_are_repeatable_of_every_kind_and_never_the_suites() -> None:
     assert sentences[0] == 0 and sentences[-1] >= 3
 
 
+def test_no_template_piece_is_worded_like_the_suites_prompts() -> None:
+    """The workload accept length is measured on the suite's prompts: no task, reader, clause
+    or other choice may share four words in a row with one of them, and a drawn prompt that
+    shares five (a number pair, say) is drawn again."""
+    suite = {json.loads(line).get("prompt") for line in dflash_drafter._workload_lines()}
+    suite_runs = set().union(*(dflash_drafter.word_runs(t, 4) for t in suite if t))
+    for kind, (template, slots, clauses, _) in dflash_drafter.TEMPLATES.items():
+        for piece in [template, *clauses, *(c for choices in slots.values() for c in choices)]:
+            assert not dflash_drafter.word_runs(piece, 4) & suite_runs, (kind, piece)
+    five = set().union(*(dflash_drafter.word_runs(t) for t in suite if t))
+    drawn = dflash_drafter.prompts(1, 3000, suite) + dflash_drafter.prompts(
+        1, 300, suite, split="held-out"
+    )
+    assert not any(dflash_drafter.word_runs(text) & five for _, text in drawn)
+    arithmetic = dflash_drafter.prompts(5, 5000, {"What is 47 multiplied by 36?"})
+    assert not any(text.startswith("What is 47 multiplied by") for _, text in arithmetic)
+
+
 def test_held_out_prompts_are_about_things_never_trained_on() -> None:
     train = dflash_drafter.prompts(3, 2000)
     held = dflash_drafter.prompts(3, 200, split="held-out")
@@ -72,8 +90,10 @@ def test_the_default_recipe_draws_its_prompts_and_too_many_are_refused() -> None
 
 
 def test_recipe_names_the_bad_value() -> None:
-    with pytest.raises(SystemExit, match="--eval-sequences 10 must be between 1 and"):
+    with pytest.raises(SystemExit, match="--eval-sequences 10 must be between 2"):
         dflash_drafter.Recipe(prompts=10, eval_sequences=10).check()
+    with pytest.raises(SystemExit, match=r"--eval-sequences 1 must be between 2 \(half choose"):
+        dflash_drafter.Recipe(eval_sequences=1).check()
     with pytest.raises(SystemExit, match="--block-size 1: give 2 or more"):
         dflash_drafter.Recipe(block_size=1).check()
     target = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 8}
@@ -152,10 +172,12 @@ def test_training_lowers_the_loss_and_records_accept_length_by_step(
     assert sidecar["data"]["prompts_by_kind"] == {
         "code": 3, "explanation": 3, "arithmetic": 2, "json": 1, "verse": 1
     }  # fmt: skip
-    # the weights kept are those of the best held-out evaluation
-    best = max(training["accept_length"], key=lambda point: point[1])
+    # the weights kept are those of the best evaluation on the held-out rows that choose; the
+    # figure reported is the other held-out rows' at that step
+    best = max(training["choosing_accept_length"], key=lambda point: point[1])
     assert training["kept_step"] == best[0]
-    assert training["final"]["accept_length"] == pytest.approx(best[1], abs=1e-4)
+    reported = dict(training["accept_length"])[best[0]]
+    assert training["final"]["accept_length"] == pytest.approx(reported, abs=1e-4)
     # the suite's own prompts, never trained on, measured at the same steps
     assert sidecar["data"]["workload_sequences"] == 5
     assert [step for step, _ in training["workload_accept_length"]] == steps
@@ -193,4 +215,24 @@ def test_the_chart_draws_loss_and_accept_length(
     subprocess.run(cli, check=True)
     svg = out.read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 3
+    assert svg.count('stroke-dasharray="4 3"') == 1  # the kept step
     assert "held-out continuations" in svg and "the seed prompts" in svg and "step 40" in svg
+
+
+def test_the_bench_drafts_the_servers_way_in_float16(
+    trained: tuple[Path, dict[str, Any], str], smollm2_hf: Path
+) -> None:
+    folder, _, python = trained
+    bench = REPO / "bench" / "dflash_served_way.py"
+    cli = [python, str(bench), "--target", str(smollm2_hf), "--drafter", str(folder),
+           "--tokens", "24", "--stride", "4"]  # fmt: skip
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("seed prompts (5, 24 tokens each)")
+    figures = {}
+    for line in lines[1:]:
+        name, rest = line.strip().split("  ", 1)
+        figures[name] = float(rest.split("accept length ")[1].split(",")[0])
+    assert set(figures) == {"trainer's evaluation", "served way, float16"}
+    assert all(1.0 <= value <= 16.0 for value in figures.values())
