@@ -74,12 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = dflash_drafter.load_target(args.target, "cpu", torch.float32)
     rendered = [dflash_drafter.render(tokenizer, t) for t in texts]
     data = dflash_drafter.generate(torch, model, rendered, recipe, lambda _: None)
-    embed_w = model.get_input_embeddings().weight.detach()
-    head = model.get_output_embeddings().weight.detach()
-
-    def embed(ids: Any) -> Any:
-        return torch.nn.functional.embedding(ids, embed_w).float()
-
+    embed, head = dflash_drafter.target_lookup(torch, model)
     config = json.loads((args.drafter / "config.json").read_text(encoding="utf-8"))
     drafter = dflash_drafter.build_modules(torch)(config)
     weights = hf_layout.read_safetensors(args.drafter / hf_layout.SAFETENSORS)

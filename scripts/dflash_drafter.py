@@ -67,6 +67,7 @@ import hf_layout
 import sglang_drafters
 
 GENERATOR = "pytest-specdec make-dflash-drafter 2"
+PROMPTS = Path(__file__).resolve().parent.parent / "pytest_specdec" / "prompts"  # the suite's
 
 # --- prompts of the suite's kinds -----------------------------------------------------------
 
@@ -445,6 +446,17 @@ def load_target(path: Path, device: str, dtype: Any) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def target_lookup(torch: Any, model: Any) -> tuple[Any, Any]:
+    """What the drafter borrows from the target: its embedding (ids -> float32 vectors) and
+    its LM head's weight."""
+    embed_w = model.get_input_embeddings().weight.detach()
+
+    def embed(ids: Any) -> Any:
+        return torch.nn.functional.embedding(ids, embed_w).float()
+
+    return embed, model.get_output_embeddings().weight.detach()
+
+
 def render(tokenizer: Any, text: str) -> list[int]:
     ids = tokenizer.apply_chat_template(
         [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
@@ -798,15 +810,10 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
     if recipe.eval_workload:
         texts = workload_prompts(recipe.eval_workload)
         workload = generate(torch, model, [render(tokenizer, t) for t in texts], recipe, log)
-    embed_w = model.get_input_embeddings().weight.detach()
-    head = model.get_output_embeddings().weight.detach()
+    embed, head = target_lookup(torch, model)
     del model
     if device == "cuda":
         torch.cuda.empty_cache()
-
-    def embed(ids: Any) -> Any:
-        return torch.nn.functional.embedding(ids, embed_w).float()
-
     drafter = build_modules(torch)(config).to(device)
     for p in drafter.parameters():  # a trained layer's scale; norm gains of one
         if p.ndim > 1:
@@ -852,17 +859,15 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
 
 def _workload_lines() -> list[str]:
     """The suite's own prompts: the drafter is never trained on them."""
-    folder = Path(__file__).resolve().parent.parent / "pytest_specdec" / "prompts"
-    return [line for f in sorted(folder.glob("*.jsonl"))
+    return [line for f in sorted(PROMPTS.glob("*.jsonl"))
             for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]  # fmt: skip
 
 
 def workload_prompts(name: str) -> list[str]:
     """The prompts of the suite's built-in workload ``name`` (single-turn ones)."""
-    folder = Path(__file__).resolve().parent.parent / "pytest_specdec" / "prompts"
-    path = folder / f"{name}.jsonl"
+    path = PROMPTS / f"{name}.jsonl"
     if not path.is_file():
-        names = ", ".join(sorted(f.stem for f in folder.glob("*.jsonl")))
+        names = ", ".join(sorted(f.stem for f in PROMPTS.glob("*.jsonl")))
         raise SystemExit(
             f"make-dflash-drafter: --eval-workload {name!r} is not a built-in workload; give "
             f"one of {names}, or '' to measure on held-out continuations only"
