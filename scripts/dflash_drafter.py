@@ -57,7 +57,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # beside this file
 import hf_layout
 import sglang_drafters
 
-GENERATOR = "pytest-specdec make-dflash-drafter 3"
+GENERATOR = "pytest-specdec make-dflash-drafter 4"
 PROMPTS = Path(__file__).resolve().parent.parent / "pytest_specdec" / "prompts"  # the suite's
 
 # --- prompts of the suite's kinds -----------------------------------------------------------
@@ -357,7 +357,7 @@ def word_runs(text: str, n: int = 5) -> set[tuple[str, ...]]:
 @dataclass(frozen=True)
 class Recipe:
     seed: int = 1
-    prompts: int = 8192
+    prompts: int = 16384
     gen_tokens: int = 160
     gen_batch: int = 512
     layers: int = 3
@@ -365,7 +365,7 @@ class Recipe:
     target_layer_ids: tuple[int, ...] = (1, 8, 14, 20, 27)
     block_size: int = 16
     mask_token_id: int = 0
-    steps: int = 6000
+    steps: int = 9000
     batch: int = 32
     anchors: int = 16
     lr: float = 8e-4
@@ -377,9 +377,14 @@ class Recipe:
     generator: str = GENERATOR
 
     def check(self) -> None:
-        for name in ("prompts", "gen_tokens", "gen_batch", "layers", "ffn", "steps", "batch"):
+        for name in ("prompts", "gen_batch", "layers", "ffn", "steps", "batch"):
             if getattr(self, name) < 1:
                 raise SystemExit(f"make-dflash-drafter: --{name.replace('_', '-')} must be >= 1")
+        if self.gen_tokens < 2:
+            raise SystemExit(
+                f"make-dflash-drafter: --gen-tokens {self.gen_tokens}: give 2 or more (a drafted "
+                "token needs one after it to be checked against)"
+            )
         if self.block_size < 2:
             raise SystemExit(f"make-dflash-drafter: --block-size {self.block_size}: give 2 or more")
         if not 1 < self.eval_sequences < self.prompts:
@@ -583,9 +588,13 @@ def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, 
     feats = torch.zeros(n, width, kh, dtype=model.dtype, device=device)
     lengths = torch.zeros(n, dtype=torch.long, device=device)
     prompt_lengths = torch.tensor([len(r) for r in rendered], device=device)
+    # batches of prompts of about the same length: a batch is padded to its longest prompt
+    order = sorted(range(n), key=lambda i: len(rendered[i]))
     start = time.monotonic()
     for first in range(0, n, recipe.gen_batch):
-        rows = rendered[first : first + recipe.gen_batch]
+        index = order[first : first + recipe.gen_batch]
+        rows = [rendered[i] for i in index]
+        at = torch.tensor(index, device=device)
         b, longest = len(rows), max(map(len, rows))
         ids = torch.zeros(b, longest, dtype=torch.long, device=device)
         mask = torch.zeros(b, longest, dtype=torch.long, device=device)
@@ -598,13 +607,13 @@ def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, 
                         output_hidden_states=True, logits_to_keep=1)  # fmt: skip
             cap = _captured(out.hidden_states, recipe.target_layer_ids)
             for i, r in enumerate(rows):
-                tokens[first + i, : len(r)] = ids[i, longest - len(r) :]
-                feats[first + i, : len(r)] = cap[i, longest - len(r) :]
+                tokens[index[i], : len(r)] = ids[i, longest - len(r) :]
+                feats[index[i], : len(r)] = cap[i, longest - len(r) :]
             nxt = out.logits[:, -1].argmax(-1)
             past, last = out.past_key_values, pos[:, -1]
             lens = torch.tensor([len(r) for r in rows], device=device)
             for step in range(recipe.gen_tokens):
-                tokens[first : first + b].scatter_(1, (lens + step)[:, None], nxt[:, None])
+                tokens[at, lens + step] = nxt
                 if step == recipe.gen_tokens - 1:
                     break
                 mask = torch.cat((mask, torch.ones(b, 1, dtype=mask.dtype, device=device)), 1)
@@ -613,12 +622,9 @@ def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, 
                     input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None],
                     past_key_values=past, use_cache=True, output_hidden_states=True,
                 )  # fmt: skip
-                cap = _captured(out.hidden_states, recipe.target_layer_ids)[:, 0]
-                feats[first : first + b].scatter_(
-                    1, (lens + step)[:, None, None].expand(b, 1, kh), cap[:, None]
-                )
+                feats[at, lens + step] = _captured(out.hidden_states, recipe.target_layer_ids)[:, 0]
                 past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
-        lengths[first : first + b] = lens + recipe.gen_tokens
+        lengths[at] = lens + recipe.gen_tokens
         log(f"generated {min(first + b, n)}/{n} continuations ({time.monotonic() - start:.0f} s)")
     return Data(tokens, feats, lengths, prompt_lengths, time.monotonic() - start)
 
@@ -673,30 +679,67 @@ def sample_anchors(torch: Any, data: Data, rows: Any, count: int, gen: Any) -> A
     return low[:, None] + (u * (high - low)[:, None]).long()
 
 
-def evaluate(
+def anchor_runs(
     torch: Any, drafter: Any, data: Data, rows: Any, recipe: Recipe, embed: Any, head: Any
-) -> dict[str, Any]:
-    """Accept length on held-out rows: drafted tokens up to the first miss, plus one."""
-    stride = max(1, recipe.gen_tokens // 32)
-    starts = torch.arange(0, recipe.gen_tokens - 1, stride, device=data.tokens.device)
-    accepted, per_position, count = 0.0, None, 0
+) -> Any:
+    """[R, gen_tokens - 1] for ``rows``: the drafted tokens accepted at an anchor on each
+    position of the continuation, up to the first that differs from the target's greedy
+    token (what SGLang's greedy verification accepts there)."""
+    at = torch.arange(recipe.gen_tokens - 1, device=data.tokens.device)
+    runs = []
     with torch.no_grad():
-        for i in range(0, len(rows), 8):
-            chunk = rows[i : i + 8]
-            anchors = data.prompt_lengths[chunk][:, None] + starts[None]
+        for i in range(0, len(rows), 4):
+            chunk = rows[i : i + 4]
+            anchors = data.prompt_lengths[chunk][:, None] + at[None]
             inputs = block_inputs(torch, data, chunk, anchors, recipe, embed)
             with torch.autocast(data.tokens.device.type, dtype=torch.bfloat16):
                 logits = draft_logits(drafter, data, chunk, inputs, head)
             hit = (logits.argmax(-1) == inputs[3]) & (inputs[4] > 0)
-            run = hit.long().cumprod(-1)  # 1 while every earlier drafted token was accepted
-            accepted += float(run.sum(-1).float().sum()) + run.shape[0] * run.shape[1]
-            step = run.float().sum((0, 1))
-            per_position = step if per_position is None else per_position + step
-            count += run.shape[0] * run.shape[1]
+            runs.append(hit.long().cumprod(-1).sum(-1))  # 1 while every earlier one was accepted
+    return torch.cat(runs).cpu()
+
+
+def served_walk(
+    run_at: Callable[[int], int], length: int, block_size: int
+) -> tuple[int, int, list[int]]:
+    """The server's greedy walk over one continuation of ``length`` tokens: draft at the
+    first generated token, accept ``run_at(anchor)`` drafted tokens plus the target's own, draft
+    again after them. Returns (tokens, verify steps, steps that accepted drafted position k)."""
+    at, tokens, steps, reached = 0, 0, 0, [0] * (block_size - 1)
+    while at < length:
+        run = run_at(at)
+        tokens, steps, at = tokens + run + 1, steps + 1, at + run + 1
+        for k in range(run):
+            reached[k] += 1
+    return tokens, steps, reached
+
+
+def walk_summary(walks: Sequence[tuple[int, int, list[int]]]) -> dict[str, Any]:
+    """Accept length as the suite reports it (the geometric mean over continuations of tokens
+    per verify step), each continuation's, and the acceptance by drafted position over all
+    verify steps."""
+    by_row = [tokens / steps for tokens, steps, _ in walks if steps]
+    steps = sum(w[1] for w in walks)
+    reached = [sum(w[2][k] for w in walks) for k in range(len(walks[0][2]))] if walks else []
     return {
-        "accept_length": accepted / count,
-        "acceptance_by_position": [round(float(x) / count, 4) for x in per_position],
+        "accept_length": math.exp(sum(map(math.log, by_row)) / len(by_row)) if by_row else 1.0,
+        "by_continuation": [round(a, 3) for a in by_row],
+        "acceptance_by_position": [round(r / max(1, steps), 4) for r in reached],
     }
+
+
+def evaluate(
+    torch: Any, drafter: Any, data: Data, rows: Any, recipe: Recipe, embed: Any, head: Any
+) -> dict[str, Any]:
+    """Accept length on ``rows`` as the server gets it: each continuation walked the server's
+    way (``served_walk``), then summarised as the suite reports it (``walk_summary``). Beside
+    it, the mean over every anchor of the continuation: a position where the drafter does well
+    counts once there, however few verify steps the server spends on it."""
+    runs = anchor_runs(torch, drafter, data, rows, recipe, embed, head).tolist()
+    walks = [served_walk(r.__getitem__, len(r), recipe.block_size) for r in runs]
+    every = [x for r in runs for x in r]
+    mean_every = 1 + sum(every) / max(1, len(every))
+    return {**walk_summary(walks), "every_anchor_accept_length": round(mean_every, 4)}
 
 
 def train(
@@ -906,10 +949,11 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
     log(f"target loaded on {device} ({time.monotonic() - began:.0f} s); "
         f"{len(rendered)} prompts, {recipe.gen_tokens} tokens each")  # fmt: skip
     data = generate(torch, model, rendered, recipe, log)
-    workload = None
+    workload, texts = None, {}
     if recipe.eval_workload:
         texts = workload_prompts(recipe.eval_workload)
-        workload = generate(torch, model, [render(tokenizer, t) for t in texts], recipe, log)
+        workload = generate(torch, model, [render(tokenizer, t) for t in texts.values()], recipe,
+                            log)  # fmt: skip
     embed, head = target_lookup(torch, model)
     del model
     if device == "cuda":
@@ -941,6 +985,7 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
                 "generate_s": round(data.seconds, 1),
                 "held_out_sequences": recipe.eval_sequences,
                 "workload_sequences": 0 if workload is None else int(workload.tokens.shape[0]),
+                "workload_prompts": list(texts),
             },
             "training": result,
             "server_path_check": check,
@@ -951,8 +996,11 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
         shutil.rmtree(out)
     os.replace(part, out)
     on = result.get("final_workload")
+    each = ", ".join(f"{k} {a:.2f}" for k, a in zip(texts, on["by_continuation"], strict=True)) \
+        if on else ""  # fmt: skip
     log(f"wrote {out}: held-out accept length {result['final']['accept_length']:.2f}"
-        + (f", on the {recipe.eval_workload} prompts {on['accept_length']:.2f}" if on else "")
+        + (f", on the {recipe.eval_workload} prompts {on['accept_length']:.2f} ({each})"
+           if on else "")
         + f", {result['steps_done']} steps, {time.monotonic() - began:.0f} s in all")  # fmt: skip
     return out
 
@@ -963,8 +1011,9 @@ def _workload_lines() -> list[str]:
             for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]  # fmt: skip
 
 
-def workload_prompts(name: str) -> list[str]:
-    """The prompts of the suite's built-in workload ``name`` (single-turn ones)."""
+def workload_prompts(name: str) -> dict[str, str]:
+    """The prompts of the suite's built-in workload ``name`` (single-turn ones), by id, in the
+    workload's order."""
     path = PROMPTS / f"{name}.jsonl"
     if not path.is_file():
         names = ", ".join(sorted(f.stem for f in PROMPTS.glob("*.jsonl")))
@@ -974,7 +1023,7 @@ def workload_prompts(name: str) -> list[str]:
         )
     lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
              if line.strip()]  # fmt: skip
-    texts = [str(d["prompt"]) for d in lines if d.get("prompt")]
+    texts = {str(d.get("id", i)): str(d["prompt"]) for i, d in enumerate(lines) if d.get("prompt")}
     if not texts:
         raise SystemExit(f"make-dflash-drafter: --eval-workload {name!r} has no single-turn "
                          "prompts to continue; give seed")  # fmt: skip

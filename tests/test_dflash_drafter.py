@@ -10,6 +10,7 @@ as transformers parses it, the sidecar's curves, and the server's way of draftin
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +76,8 @@ def test_held_out_prompts_are_about_things_never_trained_on() -> None:
 
 
 def test_eval_workload_names_the_workloads_there_are() -> None:
-    assert len(dflash_drafter.workload_prompts("seed")) == 5
+    seed = dflash_drafter.workload_prompts("seed")
+    assert list(seed) == ["fibonacci", "quicksort", "arithmetic", "json_parse", "haiku"]
     with pytest.raises(SystemExit, match=r"--eval-workload 'nope' is not a built-in workload; "
                        r"give one of .*seed"):  # fmt: skip
         dflash_drafter.Recipe(eval_workload="nope").check()
@@ -97,11 +99,28 @@ def test_recipe_names_the_bad_value() -> None:
         dflash_drafter.Recipe(eval_sequences=1).check()
     with pytest.raises(SystemExit, match="--block-size 1: give 2 or more"):
         dflash_drafter.Recipe(block_size=1).check()
+    with pytest.raises(SystemExit, match="--gen-tokens 1: give 2 or more"):
+        dflash_drafter.Recipe(gen_tokens=1).check()
     target = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 8}
     with pytest.raises(
         SystemExit, match=r"out of range for a 8-layer target: give ids from 0 to 6"
     ):
         sglang_drafters.dflash(target, 16, 128, layers=2, target_layer_ids=[1, 7])
+
+
+def test_the_walk_drafts_where_the_server_would_and_counts_its_verify_steps() -> None:
+    """A drafted run of 2 at the first token takes the server 3 tokens on, where it drafts
+    again: the runs it skips over never count, however good they are."""
+    runs = [2, 9, 9, 5, 0, 0, 0, 0, 0, 1, 0]
+    tokens, steps, reached = dflash_drafter.served_walk(runs.__getitem__, len(runs), 8)
+    # anchors 0 (2 accepted), 3 (5), 9 (1): 3 + 6 + 2 tokens in 3 verify steps
+    assert (tokens, steps) == (11, 3)
+    assert reached == [3, 2, 1, 1, 1, 0, 0]
+    summary = dflash_drafter.walk_summary([(tokens, steps, reached), (4, 4, [0] * 7)])
+    assert summary["by_continuation"] == [pytest.approx(11 / 3, abs=1e-3), 1.0]
+    assert summary["accept_length"] == pytest.approx(math.sqrt(11 / 3), rel=1e-6)
+    assert summary["acceptance_by_position"][:2] == [pytest.approx(3 / 7, abs=1e-4),
+                                                     pytest.approx(2 / 7, abs=1e-4)]  # fmt: skip
 
 
 def test_cli_refuses_layer_ids_that_are_not_numbers(tmp_path: Path) -> None:
@@ -184,6 +203,12 @@ def test_training_lowers_the_loss_and_records_accept_length_by_step(
     assert [step for step, _ in training["workload_accept_length"]] == steps
     assert all(1.0 <= a <= 16.0 for _, a in training["workload_accept_length"])
     assert len(training["final_workload"]["acceptance_by_position"]) == 15
+    # each prompt's, walked the server's way, in the workload's order; their geometric mean
+    each = training["final_workload"]["by_continuation"]
+    assert len(each) == 5 and all(1.0 <= a <= 16.0 for a in each)
+    geomean = math.exp(sum(map(math.log, each)) / 5)
+    assert training["final_workload"]["accept_length"] == pytest.approx(geomean, rel=1e-3)
+    assert sidecar["data"]["workload_prompts"][:2] == ["fibonacci", "quicksort"]
     assert sidecar["recipe"]["seed"] == 1 and sidecar["recipe"]["target_layer_ids"] == [3, 15, 27]
 
 
@@ -226,7 +251,7 @@ def test_the_bench_drafts_the_servers_way_in_float16(
     folder, _, python = trained
     bench = REPO / "bench" / "dflash_served_way.py"
     cli = [python, str(bench), "--target", str(smollm2_hf), "--drafter", str(folder),
-           "--tokens", "24", "--stride", "4"]  # fmt: skip
+           "--tokens", "24"]  # fmt: skip
     done = subprocess.run(cli, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
@@ -234,6 +259,7 @@ def test_the_bench_drafts_the_servers_way_in_float16(
     figures = {}
     for line in lines[1:]:
         name, rest = line.strip().split("  ", 1)
-        figures[name] = float(rest.split("accept length ")[1].split(",")[0])
+        figures[name] = float(rest.split("accept length ")[1].split(" ")[0])
+        assert "fibonacci " in rest and "haiku " in rest  # each prompt's figure
     assert set(figures) == {"trainer's evaluation", "served way, float16"}
     assert all(1.0 <= value <= 16.0 for value in figures.values())
