@@ -61,8 +61,7 @@ def served_way(
 
 
 def _line(name: str, figures: dict[str, Any], prompts: list[str]) -> str:
-    each = ", ".join(f"{k} {a:.2f}" for k, a in zip(prompts, figures["by_continuation"],
-                                                     strict=True))  # fmt: skip
+    each = dflash_drafter.each_prompt(prompts, figures)
     return (
         f"  {name:<25}accept length {figures['accept_length']:.2f} ({each}), "
         f"positions 1-3 {figures['acceptance_by_position'][:3]}"

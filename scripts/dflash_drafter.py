@@ -718,7 +718,7 @@ def walk_summary(walks: Sequence[tuple[int, int, list[int]]]) -> dict[str, Any]:
     """Accept length as the suite reports it (the geometric mean over continuations of tokens
     per verify step), each continuation's, and the acceptance by drafted position over all
     verify steps."""
-    by_row = [tokens / steps for tokens, steps, _ in walks if steps]
+    by_row = [w[0] / w[1] for w in walks if w[1]]
     steps = sum(w[1] for w in walks)
     reached = [sum(w[2][k] for w in walks) for k in range(len(walks[0][2]))] if walks else []
     return {
@@ -726,6 +726,13 @@ def walk_summary(walks: Sequence[tuple[int, int, list[int]]]) -> dict[str, Any]:
         "by_continuation": [round(a, 3) for a in by_row],
         "acceptance_by_position": [round(r / max(1, steps), 4) for r in reached],
     }
+
+
+def each_prompt(names: Iterable[str], figures: dict[str, Any]) -> str:
+    """``walk_summary``'s accept length per continuation, named: "fibonacci 3.28, ..."."""
+    return ", ".join(
+        f"{name} {a:.2f}" for name, a in zip(names, figures["by_continuation"], strict=True)
+    )
 
 
 def evaluate(
@@ -996,11 +1003,9 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
         shutil.rmtree(out)
     os.replace(part, out)
     on = result.get("final_workload")
-    each = ", ".join(f"{k} {a:.2f}" for k, a in zip(texts, on["by_continuation"], strict=True)) \
-        if on else ""  # fmt: skip
     log(f"wrote {out}: held-out accept length {result['final']['accept_length']:.2f}"
-        + (f", on the {recipe.eval_workload} prompts {on['accept_length']:.2f} ({each})"
-           if on else "")
+        + (f", on the {recipe.eval_workload} prompts {on['accept_length']:.2f} "
+           f"({each_prompt(texts, on)})" if on else "")
         + f", {result['steps_done']} steps, {time.monotonic() - began:.0f} s in all")  # fmt: skip
     return out
 
