@@ -23,10 +23,12 @@ from pytest_specdec.core.values import (
     positive_float,
     positive_int,
     probability,
+    rounds,
     server_url,
     temperature,
     top_p,
 )
+from pytest_specdec.driver.settings import DEFAULT_ROUNDS
 from pytest_specdec.verdict.stats import DEFAULT_POLICY
 
 
@@ -95,6 +97,33 @@ HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
           help="pin the engine to these cores (e.g. 0 or 0-3) with one thread each; under "
           "pytest-xdist they are split between the workers, as a CPU host's cores are by "
           "default (default: no pinning)")),
+]  # fmt: skip
+
+# Load levels: concurrent closed-loop clients, measured in rounds (suites/test_concurrency.py).
+LOAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--specdec-concurrency",
+     dict(type=int_list, default=None, metavar="N,N,...",
+          help="load levels: concurrent closed-loop clients, each covering the workload once "
+          "per round (suites/test_concurrency.py; skipped unless given here or as [suite] "
+          "concurrency); each level gets a verdict; the engine needs as many parallel slots "
+          "(llama.cpp -np, SGLang --max-running-requests), e.g. 1,8,32")),
+    ("--specdec-rounds",
+     dict(type=rounds, default=None, metavar="N",
+          help=f"measured rounds per load level (default: [suite] rounds, else {DEFAULT_ROUNDS})")),
+]  # fmt: skip
+
+# Reports beside the results file.
+REPORT_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--specdec-markdown",
+     dict(type=Path, default=None, metavar="PATH",
+          help="write the Markdown report here (it is also appended to $GITHUB_STEP_SUMMARY "
+          "when that is set)")),
+    ("--specdec-benchmark-json",
+     dict(type=Path, default=None, metavar="PATH",
+          help="write a pytest-benchmark-compatible JSON (one benchmark per config x prompt)")),
+    ("--specdec-chart",
+     dict(type=Path, default=None, metavar="PATH.png",
+          help="write a PNG chart: configs x prompts with 95%% CI bars (needs matplotlib)")),
 ]  # fmt: skip
 
 # (flag, argparse keyword arguments): the plugin's options, defined once.
@@ -265,9 +294,11 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             default=("regressed",),
             metavar="OUTCOMES",
             help="verdicts that fail the run: comma list of regressed, inconclusive, improved, "
-            "unchanged (each covers both verdicts, output tok/s and accept length; prefix tok- "
-            "or accept- for one, e.g. accept-regressed), drift (a drop that tonight reveals in "
-            "the nightly history: a change point, see docs/history.md) (default: regressed)",
+            "unchanged (each covers every verdict: output tok/s, accept length and the load "
+            "levels; prefix tok-, accept- or load- for one, e.g. accept-regressed), drift (a "
+            "drop that tonight reveals in the nightly history: a change point, see "
+            "docs/history.md), crossover (speculation no longer pays at a load level where it "
+            "paid in the baseline) (default: regressed)",
         ),
     ),
     (
@@ -409,42 +440,6 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             "reference before token K; a later divergence is a warning (default: 32)",
         ),
     ),
-    (
-        "--specdec-concurrency",
-        dict(
-            type=int_list,
-            default=None,
-            metavar="N,N,...",
-            help="client counts of the concurrency sweep (suites/test_concurrency.py; skipped "
-            "unless given); the engine needs as many parallel slots (llama.cpp -np), e.g. 1,4,16",
-        ),
-    ),
-    (
-        "--specdec-markdown",
-        dict(
-            type=Path,
-            default=None,
-            metavar="PATH",
-            help="write the Markdown report here (it is also appended to $GITHUB_STEP_SUMMARY "
-            "when that is set)",
-        ),
-    ),
-    (
-        "--specdec-benchmark-json",
-        dict(
-            type=Path,
-            default=None,
-            metavar="PATH",
-            help="write a pytest-benchmark-compatible JSON (one benchmark per config x prompt)",
-        ),
-    ),
-    (
-        "--specdec-chart",
-        dict(
-            type=Path,
-            default=None,
-            metavar="PATH.png",
-            help="write a PNG chart: configs x prompts with 95%% CI bars (needs matplotlib)",
-        ),
-    ),
+    *LOAD_OPTIONS,
+    *REPORT_OPTIONS,
 ]

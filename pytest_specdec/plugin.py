@@ -22,12 +22,21 @@ from pytest_specdec.engines import EngineNotInstalled
 from pytest_specdec.engines.launch import LaunchError, kill_all, lineage
 from pytest_specdec.finish import finish_run, summary_lines
 from pytest_specdec.measure.lossless import LosslessResult
-from pytest_specdec.report.export import verdict_properties
+from pytest_specdec.report.export import load_properties, verdict_properties
 from pytest_specdec.scheduling import make_scheduler
 from pytest_specdec.state import STASH_KEY, SpecdecState
 from pytest_specdec.verdict.baselines import BaselineError
-from pytest_specdec.verdict.gate import failures
-from pytest_specdec.verdict.judge import MISMATCH, NO_BASELINE, PARTIAL, UNJUDGEABLE, Judgement
+from pytest_specdec.verdict.gate import crossover_failures, failing, failures
+from pytest_specdec.verdict.judge import (
+    LOAD_ONLY,
+    MISMATCH,
+    NO_BASELINE,
+    PARTIAL,
+    UNJUDGEABLE,
+    Judgement,
+)
+from pytest_specdec.verdict.load import NO_DATA
+from pytest_specdec.verdict.load import UNJUDGEABLE as LOAD_UNJUDGEABLE
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -92,9 +101,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         ]
         metafunc.parametrize("specdec_slot", params, indirect=True, scope="session")
     if "specdec_clients" in metafunc.fixturenames:
-        levels = metafunc.config.getoption("--specdec-concurrency")
-        if levels is None:  # the sweep is opt-in: one skipped test says how to ask for it
-            marks = pytest.mark.skip(reason="no sweep requested: pass --specdec-concurrency 1,4,16")
+        levels = state.settings.concurrency
+        if not levels:  # load levels are opt-in: one skipped test says how to ask for them
+            marks = pytest.mark.skip(
+                reason="no load levels asked for: pass --specdec-concurrency 1,8,32 or set "
+                "[suite] concurrency in the suite file"
+            )
             metafunc.parametrize("specdec_clients", [pytest.param(0, marks=marks)], ids=["off"])
         else:
             metafunc.parametrize("specdec_clients", levels, ids=[f"c{n}" for n in levels])
@@ -183,7 +195,7 @@ def check_judgement(
         if runner.settings.update_baselines:
             pytest.skip(f"{judgement.message.split(';')[0]}; this run creates it")
         pytest.skip(judgement.message)
-    if judgement.status == PARTIAL:
+    if judgement.status in (PARTIAL, LOAD_ONLY):
         pytest.skip(judgement.message)
     if judgement.status in (MISMATCH, UNJUDGEABLE):
         pytest.fail(judgement.message, pytrace=False)
@@ -193,6 +205,41 @@ def check_judgement(
     found = failures([judgement], runner.settings.fail_on, runner.settings.provisional_gates)
     if found:
         pytest.fail("\n".join(found + judgement.notes), pytrace=False)
+    return judgement
+
+
+def check_load(
+    runner: Runner, name: str, record: Callable[[str, object], None] | None = None
+) -> Judgement:
+    """The per-config gate of the load levels as a test outcome: fail on a failed round, a
+    baseline of another key or a failing level verdict (``--specdec-fail-on``, load family) or
+    lost crossover (``crossover``); skip where nothing could be judged (the speedup curve and
+    its crossover are reported whatever the test's outcome)."""
+    error = None
+    try:
+        judgement = runner.judge_for_gate(name)
+    except BaselineError as exc:
+        error = str(exc)
+    if error is not None:
+        pytest.fail(error, pytrace=False)
+    load = judgement.load
+    if judgement.status == MISMATCH:
+        pytest.fail(judgement.message, pytrace=False)
+    if load is None or load.status == NO_DATA:
+        pytest.skip(f"{name}: {load.message if load else 'no load levels measured'}")
+    if load.status == LOAD_UNJUDGEABLE:
+        pytest.fail(f"{name}: {load.message}", pytrace=False)
+    if record is not None:
+        for prop, value in load_properties(judgement):
+            record(prop, value)
+    fail_on, gates = runner.settings.fail_on, runner.settings.provisional_gates
+    found = [m for v, m in failing(judgement, fail_on) if v in load.verdicts()
+             and (gates or not v.provisional)]  # fmt: skip
+    found += crossover_failures([judgement], fail_on)
+    if found:
+        pytest.fail("\n".join(found + load.notes), pytrace=False)
+    if load.status == NO_BASELINE and load.crossover is None:
+        pytest.skip(judgement.message or load.message)
     return judgement
 
 
@@ -232,15 +279,16 @@ class SpecdecPlugin:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        """Per-config tests (no prompt parameter, e.g. the verdict) run once, after the
-        config's last server session; their copies for earlier ones are deselected."""
+        """Per-config tests (no prompt or load-level parameter, e.g. the verdicts) run once,
+        after the config's last server session; their copies for earlier ones are deselected."""
         self.state.needs_reference = any(i.get_closest_marker("specdec_lossless") for i in items)
         keep: list[pytest.Item] = []
         drop: list[pytest.Item] = []
         for item in items:
             callspec = getattr(item, "callspec", None)
             slot = _slot_of(item)
-            per_config = callspec is not None and "specdec_prompt" not in callspec.params
+            per_session = ("specdec_prompt", "specdec_clients")
+            per_config = callspec is not None and not any(p in callspec.params for p in per_session)
             last = not isinstance(slot, Slot) or slot.last
             (drop if per_config and not last else keep).append(item)
         if drop:

@@ -19,6 +19,7 @@ from pytest_specdec.core.suitefile import load_suite_settings, with_engine_args
 from pytest_specdec.core.workers import WorkerLedger
 from pytest_specdec.core.workloads import WorkloadError, load_workload
 from pytest_specdec.driver.runner import Runner, RunSettings, resolve_configs
+from pytest_specdec.driver.settings import DEFAULT_ROUNDS
 from pytest_specdec.engines.container import DockerSettings
 from pytest_specdec.engines.cpus import CpuShareError, engine_cpus
 from pytest_specdec.engines.launch import LaunchError
@@ -119,7 +120,7 @@ class SpecdecState:
         self.suite = with_engine_args(
             load_suite_settings(suite_path), getopt("--specdec-engine-args")
         )
-        files = [p for p in (suite_path,) if p.exists()] + list(getopt("--specdec-config-file"))
+        files = [*self.suite.files, *getopt("--specdec-config-file")]
         engine = getopt("--specdec-engine") or self.suite.engine
         if engine not in ENGINE_TABLE.names():
             raise ConfigError(
@@ -204,6 +205,8 @@ class SpecdecState:
             docker=self._docker_settings(getopt),
             docker_binary=getopt("--specdec-docker-binary"),
             lossless_fail_before=getopt("--specdec-lossless-fail-before"),
+            concurrency=getopt("--specdec-concurrency") or self.suite.concurrency,
+            rounds=getopt("--specdec-rounds") or self.suite.rounds or DEFAULT_ROUNDS,
             adaptive=getopt("--specdec-adaptive"),
             cpus=self._engine_cpus(given) if given is not None else None,
             hardware_fields=hardware_fields(self.config),

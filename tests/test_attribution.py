@@ -14,8 +14,9 @@ import pytest
 from pytest_specdec.engines.base import EngineBase
 from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.sglang import SGLangEngine
+from pytest_specdec.verdict.compare import attribute
 from pytest_specdec.verdict.gate import adjust
-from pytest_specdec.verdict.judge import attribute, engine_env_change, judge_baseline
+from pytest_specdec.verdict.judge import engine_env_change, judge_baseline
 from pytest_specdec.verdict.sessions import update_baseline, with_score
 from pytest_specdec.verdict.stats import Outcome, Verdict, VerdictPolicy
 

@@ -26,8 +26,9 @@ class Mode:
 
 
 class Batch:
-    def __init__(self, name):
+    def __init__(self, name, batch_size=1):
         self.forward_mode = Mode(name)
+        self.batch_size = batch_size
 
 
 class LlamaForCausalLM:
@@ -52,6 +53,8 @@ model = LlamaForCausalLM()
 outs = [model.forward(i, 0, Batch(m)) for i, m in
         enumerate(["DECODE", "TARGET_VERIFY", "DRAFT_EXTEND_V2", "EXTEND", "TARGET_VERIFY"])]
 outs.append(model.forward(9, 0, forward_batch=Batch("TARGET_VERIFY")))
+for size in (4, 5, 16):
+    outs.append(model.forward(size, 0, Batch("TARGET_VERIFY", size)))
 wrapped = hasattr(LlamaForCausalLM.forward, "__wrapped__")
 print(json.dumps({"outs": outs, "slept": torch.cuda.slept, "wrapped": wrapped}))
 """
@@ -68,11 +71,12 @@ def fake_site(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def probe(site: Path, cycles: str | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SGLANG_SPECDEC_INJECT_VERIFY_CYCLES"}
+def probe(site: Path, cycles: str | None, **more: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SPECDEC_INJECT_")}
     env["PYTHONPATH"] = os.pathsep.join([str(INJECT), str(site)])
     if cycles is not None:
         env["SGLANG_SPECDEC_INJECT_VERIFY_CYCLES"] = cycles
+    env.update({f"SGLANG_SPECDEC_INJECT_{k.upper()}": v for k, v in more.items()})
     return subprocess.run(
         [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=60,
         check=False,
@@ -83,11 +87,21 @@ def test_every_target_verify_forward_and_only_it_is_followed_by_the_spin(fake_si
     done = probe(fake_site, "2600000")
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    assert found["wrapped"] and found["slept"] == [2600000] * 3
+    assert found["wrapped"] and found["slept"] == [2600000] * 6
     assert [o[2] for o in found["outs"]] == [
         "DECODE", "TARGET_VERIFY", "DRAFT_EXTEND_V2", "EXTEND", "TARGET_VERIFY", "TARGET_VERIFY",
+        "TARGET_VERIFY", "TARGET_VERIFY", "TARGET_VERIFY",
     ]  # fmt: skip
-    assert [o[1] for o in found["outs"]] == [0, 1, 2, 3, 4, 9]  # arguments pass through
+    assert [o[1] for o in found["outs"]] == [0, 1, 2, 3, 4, 9, 4, 5, 16]  # arguments pass
+
+
+def test_a_slowdown_under_load_spins_only_in_large_batches_per_request(fake_site: Path) -> None:
+    done = probe(fake_site, "1000", min_batch="5", per_request="1")
+    assert done.returncode == 0, done.stderr
+    # batches of 1 (four of them) and 4 spin nothing; 5 and 16 spin 1000 cycles per request
+    assert json.loads(done.stdout)["slept"] == [5000, 16000]
+    fixed = json.loads(probe(fake_site, "1000", min_batch="5").stdout)
+    assert fixed["slept"] == [1000, 1000]
 
 
 def test_without_the_variable_nothing_is_patched(fake_site: Path) -> None:
@@ -101,3 +115,15 @@ def test_a_bad_value_names_the_variable(fake_site: Path) -> None:
     done = probe(fake_site, "-5")
     assert done.returncode != 0
     assert "SGLANG_SPECDEC_INJECT_VERIFY_CYCLES='-5': give a positive number" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("more", "message"),
+    [({"min_batch": "x"}, "SGLANG_SPECDEC_INJECT_MIN_BATCH='x': give a positive number"),
+     ({"per_request": "yes"}, "SGLANG_SPECDEC_INJECT_PER_REQUEST='yes': give 1")],
+)  # fmt: skip
+def test_bad_load_settings_name_their_variable(
+    fake_site: Path, more: dict[str, str], message: str
+) -> None:
+    done = probe(fake_site, "1000", **more)
+    assert done.returncode != 0 and message in done.stderr

@@ -70,7 +70,7 @@ def _setup(req: Request, candidates: list[Candidate]) -> Setup:
                 "--engine openai measures a server someone else started; a bisect boots each "
                 "candidate: use --engine llamacpp, sglang or vllm"
             )
-        files = [p for p in (suite_path,) if p is not None] + list(req.config_files)
+        files = [*suite.files, *req.config_files]
         registry = load_registry(files, default_engine=engine)
         cfg = resolve_configs([req.spec_config], engine, registry, False, req.engine is None)[0]
         workload = load_workload(req.workload or suite.workload)

@@ -26,8 +26,7 @@ DEFAULT_SUITE = Path("suites/specdec.toml")
 
 
 def _registry(args: argparse.Namespace) -> Registry:
-    files = [DEFAULT_SUITE] if DEFAULT_SUITE.exists() else []
-    return load_registry([*files, *args.config_file])
+    return load_registry([*load_suite_settings(DEFAULT_SUITE).files, *args.config_file])
 
 
 def cmd_configs_list(args: argparse.Namespace) -> int:

@@ -63,6 +63,22 @@ class ConfigError(ValueError):
     """A config file or config name is invalid; the message names the file, key and fix."""
 
 
+SPEC_FLAG_PREFIXES = ("--spec", "-md", "--model-draft")  # --speculative-*, llama.cpp --spec-*
+
+
+def is_speculative(config: Mapping[str, Any]) -> bool:
+    """Whether a config (its identity, or a results record's ``config``) speculates: a draft
+    model, a speculative config (vLLM), or a speculation flag of any engine (``--speculative-*``
+    for SGLang and vLLM, ``--spec-*`` and ``-md`` for llama.cpp). Other flags (slots, context)
+    do not make a config speculative."""
+    args = [str(a) for a in config.get("args") or []]
+    return bool(
+        config.get("draft")
+        or config.get("speculative_config")
+        or any(a.startswith(SPEC_FLAG_PREFIXES) for a in args)
+    )
+
+
 @dataclass(frozen=True)
 class SpecConfig:
     """One speculative-decoding configuration of one engine."""
@@ -105,7 +121,7 @@ class SpecConfig:
 
     @property
     def speculative(self) -> bool:
-        return bool(self.args or self.speculative_config or self.draft)
+        return is_speculative(self.identity())
 
     def identity(self) -> dict[str, Any]:
         """What defines the config's behaviour (not where it came from). ``flush`` only where

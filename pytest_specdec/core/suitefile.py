@@ -7,6 +7,9 @@
     workload = "seed"            # default for --specdec-workload
     ignore_eos = false           # true: every request decodes --specdec-max-tokens tokens
     score = "e2e"                # default for --specdec-score: "e2e" or "decode"
+    concurrency = [1, 8, 32]     # default for --specdec-concurrency: the load levels
+    rounds = 5                   # default for --specdec-rounds: measured rounds per level
+    extends = "specdec.toml"     # optional: start from another suite file (below)
 
     [models.llamacpp]
     target = "~/.cache/pytest-specdec/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -18,6 +21,12 @@
     startup_timeout_s = 120
 
     [configs.my-config]          # user configs, see configs.py
+
+A file that ``extends`` another (a path relative to it) starts from that file's tables: its
+own ``[suite]`` keys replace the other's, and so do the keys of each ``[models.E]``,
+``[engines.E]`` and ``[configs.N]`` it names (a list such as ``extra_args`` is replaced whole,
+never appended); everything else is the other file's. Model paths resolve against the file
+that gives them. A chain of files may extend each other, never in a circle.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from pytest_specdec.core.modelfile import cache_root
 from pytest_specdec.core.values import SCORES
 
 SUITE_KEYS = {"suite", "models", "engines", "configs"}
+SUITE_TABLE_KEYS = {"engine", "workload", "ignore_eos", "score", "concurrency", "rounds", "extends"}
 ENGINE_KEYS = {"binary", "python", "extra_args", "startup_timeout_s", "env", "api", "interfaces"}
 
 
@@ -82,9 +92,12 @@ class SuiteSettings:
     workload: str = "seed"
     ignore_eos: bool = False
     score: str = "e2e"
+    concurrency: tuple[int, ...] = ()  # load levels (suites/test_concurrency.py)
+    rounds: int | None = None  # measured rounds per load level (None: the option's default)
     models: Mapping[str, ModelSet] = field(default_factory=dict)
     engines: Mapping[str, EngineSettings] = field(default_factory=dict)
     path: Path | None = None
+    files: tuple[Path, ...] = ()  # the files it was read from, the one it extends first
 
     def models_for(self, engine: str) -> ModelSet:
         return self.models.get(engine, ModelSet(where=str(self.path or "suites/specdec.toml")))
@@ -198,16 +211,70 @@ def _engines(doc: Mapping[str, Any], where: str) -> dict[str, EngineSettings]:
     return out
 
 
-def load_suite_settings(path: Path | None) -> SuiteSettings:
-    """Read a suite file; ``None`` or a missing default file gives the built-in defaults."""
-    if path is None or not path.exists():
-        return SuiteSettings()
-    doc = read_toml(path)
-    where = str(path)
-    unknown = sorted(set(doc) - SUITE_KEYS)
+def _chain(path: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """``path`` and the files it extends, the farthest first, each with its document."""
+    out: list[tuple[Path, dict[str, Any]]] = []
+    seen: list[Path] = []
+    current: Path | None = path
+    while current is not None:
+        resolved = current.resolve()
+        if resolved in seen:
+            circle = " -> ".join(str(p) for p in [*seen, resolved])
+            raise ConfigError(f"suite files extend each other in a circle: {circle}")
+        seen.append(resolved)
+        if not current.is_file():
+            raise ConfigError(
+                f"{out[0][0] if out else path} [suite] extends = {str(current)!r}: no such file; "
+                "give a suite file's path relative to the file that extends it"
+            )
+        doc = read_toml(current)
+        out.insert(0, (current, doc))
+        parent = _table(doc, "suite", str(current)).get("extends")
+        if parent is not None and not isinstance(parent, str):
+            raise ConfigError(f"{current} [suite] extends = {parent!r}: give a file path string")
+        current = Path(os.path.normpath(current.parent / parent)) if parent else None
+    return out
+
+
+def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``top``'s tables over ``base``'s: [suite] by key, the others by name and then by key."""
+    out: dict[str, Any] = {k: v for k, v in base.items()}
+    for key, table in top.items():
+        if not isinstance(table, dict) or not isinstance(out.get(key), dict):
+            out[key] = table
+        elif key == "suite":
+            out[key] = {**out[key], **table}
+        else:
+            merged = dict(out[key])
+            for name, inner in table.items():
+                old = merged.get(name)
+                both = isinstance(old, dict) and isinstance(inner, dict)
+                merged[name] = {**old, **inner} if both else inner  # type: ignore[dict-item]
+            out[key] = merged
+    return out
+
+
+def _positive_levels(value: Any, where: str) -> tuple[int, ...]:
+    ok = (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+    )
+    if not ok:
+        raise ConfigError(
+            f"{where} [suite] concurrency = {value!r}: give a list of client counts >= 1, "
+            "e.g. [1, 8, 32]"
+        )
+    return tuple(sorted(set(value)))
+
+
+def _suite_table(suite: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The [suite] table's values, checked."""
+    unknown = sorted(set(suite) - SUITE_TABLE_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown table(s) {unknown}; valid: {sorted(SUITE_KEYS)}")
-    suite = _table(doc, "suite", where)
+        raise ConfigError(
+            f"{where} [suite]: unknown key(s) {unknown}; valid: {sorted(SUITE_TABLE_KEYS)}"
+        )
     engine = suite.get("engine", "llamacpp")
     _check_engine(engine, f"{where} [suite] engine")
     ignore_eos = suite.get("ignore_eos", False)
@@ -222,12 +289,47 @@ def load_suite_settings(path: Path | None) -> SuiteSettings:
             f'{where} [suite] score = {score!r}: write "e2e" (each request\'s output tok/s) or '
             '"decode" (its decode tok/s, 1 / TPOT)'
         )
+    rounds = suite.get("rounds")
+    if rounds is not None and (not isinstance(rounds, int) or isinstance(rounds, bool)
+                               or rounds < 2):  # fmt: skip
+        raise ConfigError(
+            f"{where} [suite] rounds = {rounds!r}: give a whole number >= 2 (a level's rounds "
+            "are what its confidence interval is made from)"
+        )
+    levels = suite.get("concurrency")
+    return {
+        "engine": engine, "workload": str(suite.get("workload", "seed")),
+        "ignore_eos": ignore_eos, "score": score, "rounds": rounds,
+        "concurrency": _positive_levels(levels, where) if levels is not None else (),
+    }  # fmt: skip
+
+
+def load_suite_settings(path: Path | None) -> SuiteSettings:
+    """Read a suite file (and the files it extends); ``None`` or a missing default file gives
+    the built-in defaults."""
+    if path is None or not path.exists():
+        return SuiteSettings()
+    chain = _chain(path)
+    doc: dict[str, Any] = {}
+    models: dict[str, ModelSet] = {}
+    for file, part in chain:
+        unknown = sorted(set(part) - SUITE_KEYS)
+        if unknown:
+            raise ConfigError(f"{file}: unknown table(s) {unknown}; valid: {sorted(SUITE_KEYS)}")
+        for engine, found in _models(part, str(file), file.parent).items():
+            old = models.get(engine)
+            given = _table(part, "models", str(file))[engine]
+            models[engine] = ModelSet(
+                target=found.target if "target" in given or old is None else old.target,
+                drafts=found.drafts if "drafts" in given or old is None else old.drafts,
+                where=str(file),
+            )
+        doc = _merge(doc, part)
+    where = " extending ".join(str(f) for f, _ in reversed(chain))
     return SuiteSettings(
-        engine=engine,
-        workload=str(suite.get("workload", "seed")),
-        ignore_eos=ignore_eos,
-        score=score,
-        models=_models(doc, where, path.parent),
+        **_suite_table(_table(doc, "suite", where), where),
+        models=models,
         engines=_engines(doc, where),
         path=path,
+        files=tuple(f for f, _ in chain),
     )

@@ -92,6 +92,20 @@ def int_list(value: str) -> tuple[int, ...]:
     return levels
 
 
+def rounds(value: str) -> int:
+    """Measured rounds per load level: a whole number >= 2 (a confidence interval needs two)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 2:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give a whole number of rounds >= 2 (a level's rounds are what its "
+            "confidence interval is made from), e.g. 5"
+        )
+    return number
+
+
 def _float_in(value: str, example: str, ok: Callable[[float], bool], fix: str) -> float:
     """``value`` as a float for which ``ok`` holds, else an error with ``fix``."""
     try:
@@ -142,19 +156,24 @@ FAIL_ON_CHOICES = (
     *OUTCOME_NAMES,
     *(f"tok-{o}" for o in OUTCOME_NAMES),
     *(f"accept-{o}" for o in OUTCOME_NAMES),
+    *(f"load-{o}" for o in OUTCOME_NAMES),
     "drift",
+    "crossover",
 )
 
 
 def fail_on(value: str) -> tuple[str, ...]:
-    """Outcomes that fail the run: ``regressed`` covers both verdicts (output tok/s and accept
-    length); ``tok-regressed`` / ``accept-regressed`` pick one; ``drift`` adds history drift."""
+    """Outcomes that fail the run: ``regressed`` covers every verdict (output tok/s, accept
+    length, the load levels); ``tok-regressed`` / ``accept-regressed`` / ``load-regressed``
+    pick one; ``drift`` adds history drift; ``crossover`` fails where speculation no longer
+    pays at a load level where it paid in the baseline."""
     parts = tuple(p.strip().lower() for p in value.split(",") if p.strip())
     bad = [p for p in parts if p not in FAIL_ON_CHOICES]
     if bad or not parts:
         raise argparse.ArgumentTypeError(
             f"{value!r}: unknown outcome(s) {', '.join(bad) or '(none)'}; choose from "
-            f"{', '.join(OUTCOME_NAMES)} (both verdicts), each also as tok-<outcome> or "
-            "accept-<outcome> (one verdict), and drift; e.g. regressed,inconclusive"
+            f"{', '.join(OUTCOME_NAMES)} (every verdict), each also as tok-<outcome>, "
+            "accept-<outcome> or load-<outcome> (one verdict), drift and crossover; e.g. "
+            "regressed,inconclusive"
         )
     return parts

@@ -21,6 +21,7 @@ from pytest_specdec.driver.sweep import SweepSteps
 from pytest_specdec.verdict.gate import adjust
 from pytest_specdec.verdict.history import drift_for
 from pytest_specdec.verdict.judge import Judgement, judge_baseline, judge_reference
+from pytest_specdec.verdict.load import with_level_alpha
 from pytest_specdec.verdict.sessions import update_baseline
 from pytest_specdec.verdict.stats import VerdictPolicy
 
@@ -45,31 +46,39 @@ class Runner(SweepSteps, ReferenceSteps):
         return [c.name for c in self.configs if c.name != self.settings.reference]
 
     def judge(
-        self, name: str, policy: VerdictPolicy | None = None, doc: dict[str, Any] | None = None
-    ) -> Judgement:
-        """Verdict for one config: against --specdec-reference, else its stored baseline.
-        ``doc``: the results document as it is now, when the caller has it."""
+        self, name: str, policy: VerdictPolicy | None = None, doc: dict[str, Any] | None = None,
+        load_policy: VerdictPolicy | None = None,
+    ) -> Judgement:  # fmt: skip
+        """Verdict for one config: against --specdec-reference, else its stored baseline; its
+        load levels with ``load_policy`` (default: ``policy``). ``doc``: the results document
+        as it is now, when the caller has it."""
         doc = doc if doc is not None else self.document()
         by_name = {c["name"]: c for c in doc["configs"]}
         policy = policy or self.settings.policy
-        ref = self.settings.reference
+        ref, root = self.settings.reference, self.settings.baseline_dir
         if ref and name != ref:
             if ref not in by_name:
                 raise ValueError(f"reference config {ref} has not been measured")
-            return judge_reference(doc, by_name[name], by_name[ref], policy)
+            return judge_reference(doc, by_name[name], by_name[ref], policy, load_policy, root)
         return judge_baseline(
-            doc, by_name[name], self.settings.baseline_dir, policy, self.settings.allow_mismatch
+            doc, by_name[name], root, policy, self.settings.allow_mismatch, load_policy
         )
 
     def judge_for_gate(self, name: str) -> Judgement:
         """Per-config gate during the run: Bonferroni over the judged configs (Holm's first
-        step); the summary at the end of the run applies full Holm across them."""
+        step), and for the load levels over every (config, level) pair; the summary at the end
+        of the run applies full Holm across them."""
         m = max(1, len(self.judged_configs()))
         base = self.settings.policy
-        return self.judge(name, replace(base, alpha=base.alpha / m))
+        levels = max(1, len(self.settings.concurrency))
+        return self.judge(
+            name,
+            replace(base, alpha=base.alpha / m),
+            load_policy=with_level_alpha(base, m * levels),
+        )
 
     def judge_all(self) -> list[Judgement]:
-        measured = {n for n, r in self.records.items() if r.measured()}
+        measured = {n for n, r in self.records.items() if r.measured() or r.extra.get("load")}
         names = [n for n in self.judged_configs() if n in measured]
         doc = self.document()  # one document for every config's verdict
         return adjust([self.judge(n, doc=doc) for n in names], self.settings.policy)

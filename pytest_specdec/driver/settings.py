@@ -12,6 +12,8 @@ from pytest_specdec.engines.container import DockerSettings
 from pytest_specdec.verdict.planning import sequential_plan
 from pytest_specdec.verdict.stats import DEFAULT_POLICY, VerdictPolicy
 
+DEFAULT_ROUNDS = 5  # measured rounds per load level, unless the option or suite file says
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -47,6 +49,10 @@ class RunSettings:
     sessions: int = 1
     adaptive: bool = False
     lossless_fail_before: int = 32
+    concurrency: tuple[
+        int, ...
+    ] = ()  # load levels: concurrent clients (suites/test_concurrency.py)
+    rounds: int = DEFAULT_ROUNDS  # measured rounds per load level
     cpus: tuple[int, ...] | None = None  # the engine's cores (--specdec-cpus, or the xdist split)
     docker: DockerSettings | None = None  # --specdec-launcher docker
     docker_binary: str | None = None

@@ -328,8 +328,9 @@ class Steps:
 
 def settle_cost(server: Server, stop_s: float) -> None:
     """A stopped server session's cost: its whole span (from the cooldown before its boot to
-    the end of its stop), the stop itself, the measured requests' own wall time, and the rest
-    of the measuring (requests' set-up, counters, telemetry, lossless checks, writes)."""
+    the end of its stop), the stop itself, the measured requests' own wall time, the load
+    levels' (warm-ups and rounds, ``load_s``, counted as they ran), and the rest of the
+    measuring (requests' set-up, counters, telemetry, lossless checks, writes)."""
     cost = server.cost
     total = time.perf_counter() - server.started
     generation = sum(
@@ -338,5 +339,5 @@ def settle_cost(server: Server, stop_s: float) -> None:
         if r.session == server.session and r.phase == "measure"
     )
     cost.update(stop_s=stop_s, total_s=total, generation_s=generation)
-    parts = ("cooldown_s", "lint_s", "start_s", "warmup_s", "stop_s", "generation_s")
+    parts = ("cooldown_s", "lint_s", "start_s", "warmup_s", "stop_s", "generation_s", "load_s")
     cost["other_s"] = total - sum(cost.get(k) or 0.0 for k in parts)

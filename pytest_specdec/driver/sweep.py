@@ -1,49 +1,195 @@
-"""The concurrency sweep step: ``clients`` concurrent clients over the workload against one
-server, summarized per level (see measure/levels.py) and kept on the config's record. A step
-of :class:`Steps`, as the runner is made of them."""
+"""The load step: one level of concurrent closed-loop clients against one server, measured in
+rounds (see measure/levels.py), kept on the config's record (``extra.load``, one entry per
+round; its requests in ``runs`` with phase ``load``). A step of :class:`Steps`, as the runner
+is made of them.
+
+Per round it reads the engine's counters around the round (accept length), polls its gauges of
+running and queued requests while the round runs, and reads what its log said meanwhile (SGLang:
+decode batches outside CUDA graphs), where the engine's adapter knows how; an adapter without
+these hooks is measured all the same.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from pytest_specdec.core.results import RunRecord, finalize_timings
 from pytest_specdec.driver.boot import Server
 from pytest_specdec.driver.steps import Steps
-from pytest_specdec.measure.levels import LevelResult, parallel_slots, run_level, summarize_level
+from pytest_specdec.engines.base import fetch_metrics
+from pytest_specdec.gpu.monitor import telemetry_dict
+from pytest_specdec.gpu.telemetry import RunTelemetry
+from pytest_specdec.measure.levels import (
+    GaugeWatch,
+    LevelSummary,
+    LoadLimits,
+    RoundResult,
+    rounds_of,
+    run_round,
+    summarize_level,
+    summarize_round,
+    watch_gauges,
+)
+
+GAUGE_EVERY_S = 0.5  # how often the engine's running/queued gauges are read during a round
+Counted = dict[str, float | None] | None  # accept length and verify steps from counter deltas
 
 
 class SweepSteps(Steps):
-    """:class:`Steps` with the concurrency sweep."""
+    """:class:`Steps` with the load levels."""
 
-    def sweep(self, server: Server, clients: int) -> LevelResult:
-        """``clients`` concurrent clients over the workload: aggregate tok/s, percentiles."""
+    def load_level(self, server: Server, clients: int) -> LevelSummary:
+        """``clients`` closed-loop clients: a warm-up at the level, then ``--specdec-rounds``
+        rounds, each client covering the workload once per round. Rounds that GPU hygiene rules
+        out are kept, marked, and rerun (boundedly), as measured runs are."""
         if self.settings.warmup and not server.warmed:
             self.warmup(server)
-        prompts = self.workload.prompts
-        total = max(2 * clients, len(prompts))
-
-        async def send(index: int) -> RunRecord:
-            prompt = prompts[index % len(prompts)]
-            rec = RunRecord(
-                config=server.config.name, prompt=prompt.id, run=index, phase="concurrency",
-                session=server.session, extra={"clients": clients},
-            )  # fmt: skip
-            await self.send(
-                server, self.request_spec(prompt, server.model_name, texts=server.texts), rec
-            )
-            return finalize_timings(rec)
-
-        async def level() -> tuple[list[RunRecord], float, float | None]:
-            before = await server.engine.spec_counters(server.client)
-            records, wall = await run_level(clients, total, send)
-            after = await server.engine.spec_counters(server.client)
-            accept = None
-            if before is not None and after is not None:
-                accept = server.engine.accept_from_counters(before, after).get("accept_length")
-            return records, wall, accept
-
-        records, wall, accept = self.loop.run(level())
-        result = summarize_level(clients, records, wall, accept)
-        server.record.runs.extend(records)
-        entry = {**result.to_dict(), "parallel_slots": parallel_slots(server.record.command)}
-        server.record.extra.setdefault("concurrency", []).append(entry)
+        if self.settings.warmup:
+            self._level_warmup(server, clients)
+        limits = self.load_limits(server)
+        server.record.extra["load_limits"] = limits.to_dict()
+        seen: list[RunTelemetry] = []
+        budget = self.gpu_monitor.settings.policy.max_reruns if self.gpu_monitor else 0
+        results = [
+            self._round(server, clients, n, seen) for n in range(1, self.settings.rounds + 1)
+        ]
+        while budget > 0 and sum(1 for r in results if r.ok) < self.settings.rounds:
+            if not any(r.invalid for r in results):
+                break  # failed requests are errors, never rerun away
+            results.append(self._round(server, clients, len(results) + 1, seen))
+            budget -= 1
         self.write_results()
+        return summarize_level(results)
+
+    def load_limits(self, server: Server) -> LoadLimits:
+        """What the engine's command line allows at once (nothing known for an attached server
+        or an adapter without ``load_limits``)."""
+        known = getattr(server.engine, "load_limits", None)
+        if known is None or not server.record.command:
+            return LoadLimits()
+        return known(server.record.command)  # type: ignore[no-any-return]
+
+    def level_rounds(self, server: Server, clients: int) -> list[RoundResult]:
+        """The rounds of this server session at ``clients``, as recorded."""
+        return rounds_of({"extra": server.record.extra}, clients, server.session)
+
+    def _level_warmup(self, server: Server, clients: int) -> None:
+        """Every client sends one request at once: the level's batch size runs before any
+        round is timed (kernels, allocations and graphs first used at that size)."""
+        prompts = self.workload.prompts
+
+        async def all_at_once() -> list[RunRecord]:
+            sends = [self._load_request(server, clients, 0, c, c % len(prompts), "load-warmup")
+                     for c in range(clients)]  # fmt: skip
+            return list(await asyncio.gather(*sends))
+
+        mark = time.perf_counter()
+        server.record.runs.extend(self.loop.run(all_at_once()))
+        server.cost["load_s"] = (server.cost.get("load_s") or 0.0) + time.perf_counter() - mark
+
+    async def _load_request(
+        self, server: Server, clients: int, round_no: int, client: int, index: int, phase: str
+    ) -> RunRecord:
+        prompt = self.workload.prompts[index]
+        rec = RunRecord(
+            config=server.config.name, prompt=prompt.id, run=round_no, phase=phase,
+            session=server.session, extra={"clients": clients, "round": round_no, "client": client},
+        )  # fmt: skip
+        req = self.request_spec(prompt, server.model_name, round_no, server.texts)
+        rec.max_tokens = req.max_tokens
+        await self.send(server, req, rec)
+        rec.text = None  # thousands of requests: the outputs are the lossless check's business
+        return finalize_timings(rec)
+
+    def _round(
+        self, server: Server, clients: int, number: int, seen: list[RunTelemetry]
+    ) -> RoundResult:
+        engine, client, n = server.engine, server.client, len(self.workload.prompts)
+        gauges = getattr(engine, "load_gauges", None)
+
+        async def send(who: int, index: int) -> RunRecord:
+            return await self._load_request(server, clients, number, who, index, "load")
+
+        async def read_gauges() -> dict[str, float | None] | None:
+            metrics = await fetch_metrics(client)
+            return gauges(metrics) if metrics is not None and gauges is not None else None
+
+        async def measured() -> tuple[list[RunRecord], float, Counted, GaugeWatch]:
+            before = await engine.spec_counters(client)
+            watch, stop = GaugeWatch(), asyncio.Event()
+            poll = asyncio.ensure_future(watch_gauges(read_gauges, watch, GAUGE_EVERY_S, stop))
+            try:
+                records, wall = await run_round(clients, n, send)
+            finally:
+                stop.set()
+                await poll
+            counted = None
+            if before is not None:
+                after = await engine.spec_counters(client)
+                if after is not None:
+                    counted = engine.accept_from_counters(before, after)
+            return records, wall, counted, watch
+
+        offset = _log_size(server.record.log_path)
+        with self._telemetry_window() as window:
+            records, wall, counted, watch = self.loop.run(measured())
+        facts = {"gauge_samples": watch.samples, "max_running": watch.max_running,
+                 "max_queued": watch.max_queued, **self._log_facts(server, offset)}  # fmt: skip
+        if facts.get("max_queued") is None and facts.get("log_max_queued") is not None:
+            facts["max_queued"] = facts["log_max_queued"]
+        result = summarize_round(
+            clients, number, server.session, records, wall, counted, facts
+        )  # fmt: skip
+        result = self._engine_exit(server, result)
+        result = self._hygiene(result, window.telemetry, seen)
+        server.record.runs.extend(records)
+        server.record.extra.setdefault("load", []).append(result.to_dict())
+        server.cost["load_s"] = (server.cost.get("load_s") or 0.0) + wall
         return result
+
+    def _log_facts(self, server: Server, offset: int | None) -> dict[str, Any]:
+        facts = getattr(server.engine, "log_facts", None)
+        path = server.record.log_path
+        if facts is None or offset is None or path is None:
+            return {}
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return {}
+        return dict(facts(text))
+
+    def _engine_exit(self, server: Server, result: RoundResult) -> RoundResult:
+        """A round whose requests failed because the engine died says so, with its log tail."""
+        if not result.errors or server.process is None:
+            return result
+        code = server.process.exited()
+        if code is None:
+            return result
+        died = str(server.process.failure(f"engine exited with code {code} during the round"))
+        return replace(result, errors=(died, *result.errors))
+
+    def _hygiene(
+        self, result: RoundResult, telemetry: RunTelemetry | None, seen: list[RunTelemetry]
+    ) -> RoundResult:
+        """The round's GPU telemetry, and why GPU hygiene rules it out (against the clocks of
+        this level's rounds: under load the clock sits lower than at one request)."""
+        if telemetry is None or self.gpu_monitor is None:
+            return result
+        seen.append(telemetry)
+        invalid = tuple(self.gpu_monitor.invalid(telemetry, seen))
+        return replace(result, gpu=telemetry_dict(telemetry, result.output_tokens), invalid=invalid)
+
+
+def _log_size(path: str | None) -> int | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return None

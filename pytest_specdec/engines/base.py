@@ -22,6 +22,7 @@ from pytest_specdec.core.results import RunRecord
 from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines.lint import Finding
 from pytest_specdec.measure.client import RequestFailed, StreamOutcome, get, post_json, stream_sse
+from pytest_specdec.measure.levels import LoadLimits
 from pytest_specdec.measure.lossless import GreedyOutput
 
 
@@ -179,6 +180,27 @@ def counter_total(metrics: Mapping[str, float], name: str) -> float | None:
     """Sum of every series called ``name``, whatever its labels (one per rank/model)."""
     values = [v for k, v in metrics.items() if k == name or k.startswith(name + "{")]
     return sum(values) if values else None
+
+
+def flag_value(argv: Sequence[str], flags: Sequence[str]) -> tuple[str, str] | None:
+    """``(flag, value)`` of the last of ``flags`` on a command line (``--f V`` or ``--f=V``)."""
+    found = None
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in flags and eq:
+            found = (name, value)
+        elif arg in flags and i + 1 < len(argv):
+            found = (arg, argv[i + 1])
+    return found
+
+
+def flag_int(argv: Sequence[str], flags: Sequence[str]) -> tuple[int | None, str | None]:
+    """The whole-number value of the last of ``flags`` and that flag; (None, None) if absent
+    or not a whole number."""
+    found = flag_value(argv, flags)
+    if found is None or not found[1].lstrip("-").isdigit():
+        return None, None
+    return int(found[1]), found[0]
 
 
 def counter_delta(
@@ -361,6 +383,28 @@ class EngineBase:
 
     async def spec_counters(self, client: httpx.AsyncClient) -> dict[str, float] | None:
         return await fetch_metrics(client)
+
+    # --- under load (optional: the driver asks only adapters that have these) -------------
+    slot_flags: tuple[str, ...] = ("-np", "--parallel", "--max-running-requests", "--max-num-seqs")
+    running_gauge: str | None = None  # the /metrics gauges of running and waiting requests
+    queued_gauge: str | None = None
+
+    def load_limits(self, argv: Sequence[str]) -> LoadLimits:
+        """How many requests the command line lets the engine run at once, and its CUDA-graph
+        batch limit, where the command line says."""
+        slots, flag = flag_int(argv, self.slot_flags)
+        return LoadLimits(slots=slots, slots_flag=flag)
+
+    def load_gauges(self, metrics: Mapping[str, float]) -> dict[str, float | None]:
+        """Running and queued requests now, from the engine's /metrics."""
+        out: dict[str, float | None] = {}
+        for key, name in (("running", self.running_gauge), ("queued", self.queued_gauge)):
+            out[key] = counter_total(metrics, name) if name else None
+        return out
+
+    def log_facts(self, text: str) -> dict[str, Any]:
+        """What the engine's log says about the requests it just ran (empty: nothing known)."""
+        return {}
 
     # Whether ``flush`` can reset the engine's caches (prefix/KV cache, n-gram store) between
     # requests: a config's ``flush`` needs it.

@@ -183,6 +183,10 @@ class LlamaCppEngine(EngineBase):
             return None
         return str(body.get("content")) if isinstance(body, dict) else None
 
+    slot_flags = ("-np", "--parallel")
+    running_gauge = "llamacpp:requests_processing"
+    queued_gauge = "llamacpp:requests_deferred"
+
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]
     ) -> dict[str, float | None]:

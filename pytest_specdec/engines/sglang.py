@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -31,12 +32,14 @@ from pytest_specdec.engines.base import (
     counter_delta,
     finish_spec,
     finite_or_none,
+    flag_int,
     stream_chat,
     write_private,
 )
 from pytest_specdec.engines.lint import Finding, lint_sglang
 from pytest_specdec.engines.scripts import ScriptFailed, run_script_cached, tokenizer_files
 from pytest_specdec.measure.client import RequestFailed, get, stream_sse
+from pytest_specdec.measure.levels import LoadLimits
 
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
 FLUSH_TRIES, FLUSH_WAIT_S = 50, 0.1  # /flush_cache answers 400 while a request runs
@@ -50,6 +53,16 @@ META_FIELDS = (
     "spec_num_proposed_drafts",
     "spec_correct_drafts_histogram",
 )
+# The scheduler's periodic line (every --decode-log-interval decode steps, 40 by default):
+# "Decode batch, #running-req: 8, ..., cuda graph: True, gen throughput (token/s): 1433.21,
+# #queue-req: 0" (SGLang 0.5.17, scheduler_components/metrics_reporter.py).
+DECODE_LINE = re.compile(
+    r"Decode batch.*?#running-req: (?P<running>\d+).*?(?:cuda|cpu|npu|musa) graph: "
+    r"(?P<graph>True|False).*?gen throughput \(token/s\): (?P<tput>[\d.]+)"
+    r"(?:.*?#queue-req: (?P<queue>\d+))?"
+)
+GRAPH_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
+NO_GRAPH_FLAGS = ("--disable-cuda-graph", "--disable-decode-cuda-graph")
 
 
 # Runs in SGLang's interpreter: the prompts through the model's own tokenizer and its chat
@@ -228,6 +241,35 @@ class SGLangEngine(EngineBase):
                 break
             await asyncio.sleep(FLUSH_WAIT_S)
         raise RequestFailed(f"/flush_cache did not flush ({answer})")
+
+    slot_flags = ("--max-running-requests",)
+    running_gauge = "sglang:num_running_reqs"
+    queued_gauge = "sglang:num_queue_reqs"
+
+    def load_limits(self, argv: Sequence[str]) -> LoadLimits:
+        """--max-running-requests, and the decode CUDA graphs' largest batch (0: off)."""
+        slots, flag = flag_int(argv, self.slot_flags)
+        off = next((f for f in NO_GRAPH_FLAGS if f in argv), None)
+        if off is not None:
+            return LoadLimits(slots, flag, 0, off)
+        graph, graph_flag = flag_int(argv, GRAPH_FLAGS)
+        return LoadLimits(slots, flag, graph, graph_flag)
+
+    def log_facts(self, text: str) -> dict[str, Any]:
+        """Its decode log lines: how many, how many ran outside CUDA graphs, the most requests
+        running and queued, the median generation throughput it printed."""
+        lines = [m for m in DECODE_LINE.finditer(text)]
+        if not lines:
+            return {}
+        queues = [int(m["queue"]) for m in lines if m["queue"] is not None]
+        tputs = sorted(float(m["tput"]) for m in lines)
+        return {
+            "decode_lines": len(lines),
+            "outside_graphs": sum(1 for m in lines if m["graph"] == "False"),
+            "log_max_running": max(int(m["running"]) for m in lines),
+            "log_max_queued": max(queues) if queues else None,
+            "log_gen_tok_per_s": tputs[len(tputs) // 2],
+        }
 
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]

@@ -44,6 +44,9 @@ class VLLMEngine(EngineBase):
     name = "vllm"
     readiness_path = "/health"
     env_prefixes = (*EngineBase.env_prefixes, "VLLM_")
+    slot_flags = ("--max-num-seqs",)
+    running_gauge = "vllm:num_requests_running"
+    queued_gauge = "vllm:num_requests_waiting"
 
     def check_installed(self) -> None:
         settings = self.settings

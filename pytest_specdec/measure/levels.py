@@ -1,124 +1,306 @@
-"""Concurrency levels: N clients at once, aggregate output tok/s and latency percentiles.
+"""Load levels: closed-loop clients against one server, measured in rounds.
 
-Each level sends ``requests`` requests from ``level`` concurrent clients, cycling over the
-prompts. Aggregate throughput is all output tokens over the level's wall time; TTFT and
-TPOT are per request. Accept length comes from counter deltas around the whole level (per
-request deltas are meaningless while requests overlap).
+A *level* is a number of concurrent clients. Each client is a closed loop: it sends its next
+request when its last one ends. One *round* at a level: every client covers the whole workload
+once, each starting at another prompt (client k begins at prompt k mod P), so that the batch
+mixes the prompts; with a fixed output length (``ignore_eos``) every client then does the same
+work. A level is measured in several rounds, so that its throughput has a confidence interval.
+
+Per round: aggregate output tok/s (all output tokens over the round's wall time), per-request
+TTFT and TPOT percentiles, decode tok/s (1 / TPOT) at the median and the slow 99th percentile,
+accept length from the engine's counter deltas around the round (per request deltas mean nothing
+while requests overlap), and what the engine's gauges said about running and queued requests.
+A round in which any request failed has no throughput: its errors are kept, never a number.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from scipy import stats as sps
 
 from pytest_specdec.core.results import RunRecord
 
-Send = Callable[[int], Awaitable[RunRecord]]
+Send = Callable[[int, int], Awaitable[RunRecord]]  # (client, prompt index) -> record
+PROTOCOL = "closed-loop, each client covers the workload once per round"
 
 
-def percentiles(values: Sequence[float]) -> dict[str, float | None]:
-    """p50/p90/p99 (inclusive method); None for an empty list."""
+def percentiles(
+    values: Sequence[float], points: Sequence[int] = (50, 99)
+) -> dict[str, float | None]:
+    """``{"p50": …, "p99": …}`` (inclusive method); None for an empty list."""
     if not values:
-        return {"p50": None, "p90": None, "p99": None}
+        return {f"p{p}": None for p in points}
     if len(values) == 1:
-        return {"p50": values[0], "p90": values[0], "p99": values[0]}
+        return {f"p{p}": float(values[0]) for p in points}
     q = statistics.quantiles(values, n=100, method="inclusive")
-    return {"p50": q[49], "p90": q[89], "p99": q[98]}
+    return {f"p{p}": q[p - 1] for p in points}
+
+
+def client_order(client: int, prompts: int) -> list[int]:
+    """The prompt indices client ``client`` sends in one round: all of them, from its own."""
+    start = client % prompts
+    return [(start + i) % prompts for i in range(prompts)]
+
+
+async def run_round(clients: int, prompts: int, send: Send) -> tuple[list[RunRecord], float]:
+    """One round: ``clients`` closed loops, each over every prompt once; returns the records
+    (in client, then send order) and the round's wall time in seconds."""
+    if clients < 1 or prompts < 1:
+        raise ValueError(f"a round needs clients >= 1 and prompts >= 1, got {clients}, {prompts}")
+
+    async def loop(client: int) -> list[RunRecord]:
+        return [await send(client, index) for index in client_order(client, prompts)]
+
+    start = time.perf_counter_ns()
+    done = await asyncio.gather(*(loop(c) for c in range(clients)))
+    wall = (time.perf_counter_ns() - start) / 1e9
+    return [rec for records in done for rec in records], wall
+
+
+@dataclass
+class GaugeWatch:
+    """The largest running and queued request counts the engine reported during a round
+    (None: the engine exposes no such gauge)."""
+
+    samples: int = 0
+    max_running: float | None = None
+    max_queued: float | None = None
+
+    def add(self, gauges: Mapping[str, float | None]) -> None:
+        self.samples += 1
+        for key, attr in (("running", "max_running"), ("queued", "max_queued")):
+            value = gauges.get(key)
+            if value is not None:
+                now = getattr(self, attr)
+                setattr(self, attr, value if now is None else max(now, value))
+
+
+async def watch_gauges(
+    read: Callable[[], Awaitable[Mapping[str, float | None] | None]],
+    watch: GaugeWatch,
+    every_s: float,
+    stop: asyncio.Event,
+) -> None:
+    """Poll ``read`` every ``every_s`` seconds until ``stop`` is set (a failed read is skipped:
+    the gauges are evidence about the engine, not a measurement)."""
+    while not stop.is_set():
+        try:
+            found = await read()
+        except Exception:
+            found = None
+        if found:
+            watch.add(found)
+        try:
+            await asyncio.wait_for(stop.wait(), every_s)
+        except asyncio.TimeoutError:
+            continue
 
 
 @dataclass(frozen=True)
-class LevelResult:
-    level: int
+class RoundResult:
+    """One round of one level in one server session."""
+
+    clients: int
+    round: int
+    session: int
     requests: int
     failed: int
     wall_s: float
     output_tokens: int
-    output_tok_per_s: float | None  # aggregate: all tokens / wall time
-    requests_per_s: float | None
+    output_tok_per_s: float | None  # aggregate; None when a request failed
     ttft_s: Mapping[str, float | None]
     tpot_s: Mapping[str, float | None]
+    decode_tok_per_s: Mapping[str, float | None]  # 1 / TPOT at its p50 and (slow) p99
     accept_length: float | None
-    errors: tuple[str, ...]
+    verify_steps: float | None
+    accept_source: str | None
+    engine: Mapping[str, Any] = field(default_factory=dict)  # gauges, log facts
+    errors: tuple[str, ...] = ()
+    gpu: Mapping[str, Any] | None = None  # the round's GPU telemetry
+    invalid: tuple[str, ...] = ()  # GPU hygiene reasons: kept, never averaged in
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["errors"] = list(self.errors)
+        out["invalid"] = list(self.invalid) or None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RoundResult:
+        known = set(cls.__dataclass_fields__)
+        values = {k: v for k, v in data.items() if k in known}
+        values["errors"] = tuple(values.get("errors") or ())
+        values["invalid"] = tuple(values.get("invalid") or ())
+        return cls(**values)
+
+    @property
+    def ok(self) -> bool:
+        """Measured cleanly: every request succeeded and GPU hygiene kept the round."""
+        return self.output_tok_per_s is not None and not self.invalid
+
+
+def summarize_round(
+    clients: int, round_no: int, session: int, records: Sequence[RunRecord], wall_s: float,
+    counted: Mapping[str, float | None] | None = None, engine: Mapping[str, Any] | None = None,
+) -> RoundResult:  # fmt: skip
+    """A round's summary. ``counted``: accept length and verify steps from the engine's counter
+    deltas around the round; without them, from the requests' own (tokens over verify steps)."""
+    ok = [r for r in records if r.ok and r.output_tokens]
+    failed = len(records) - len(ok)
+    tokens = sum(r.output_tokens or 0 for r in ok)
+    tpots = [r.tpot_s for r in ok if r.tpot_s]
+    tpot = percentiles(tpots)
+    accept, steps, source = _round_accept(ok, counted or {})
+    return RoundResult(
+        clients=clients, round=round_no, session=session, requests=len(records), failed=failed,
+        wall_s=wall_s, output_tokens=tokens,
+        output_tok_per_s=tokens / wall_s if ok and not failed and wall_s > 0 else None,
+        ttft_s=percentiles([r.ttft_s for r in ok if r.ttft_s is not None]), tpot_s=tpot,
+        decode_tok_per_s={k: (1.0 / v if v else None) for k, v in tpot.items()},
+        accept_length=accept, verify_steps=steps, accept_source=source,
+        engine=dict(engine or {}),
+        errors=tuple(f"client {r.extra.get('client')} {r.prompt}: {r.error}" for r in records
+                     if r.error),
+    )  # fmt: skip
+
+
+def _round_accept(
+    ok: Sequence[RunRecord], counted: Mapping[str, float | None]
+) -> tuple[float | None, float | None, str | None]:
+    accept, steps = counted.get("accept_length"), counted.get("verify_steps")
+    if accept is not None:
+        return accept, steps, "metrics-delta"
+    verified = [r for r in ok if r.verify_steps]
+    if verified and len(verified) == len(ok):
+        total = sum(r.verify_steps or 0 for r in verified)
+        return sum(r.output_tokens or 0 for r in verified) / total, float(total), "requests"
+    return None, None, None
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    """A level of one config over its measured rounds (every server session)."""
+
+    clients: int
+    rounds: int
+    failed_rounds: int
+    output_tok_per_s: float | None  # geometric mean over the rounds
+    ci_half: float | None  # 95% t half-width, as a fraction of the geometric mean
+    decode_tok_per_s: Mapping[str, float | None]  # medians over rounds of p50 and p99
+    ttft_s: Mapping[str, float | None]
+    accept_length: float | None
+    wall_s: float
+    max_running: float | None
+    max_queued: float | None
+    outside_graphs: int  # decode log lines that ran outside CUDA graphs (SGLang)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-async def run_level(level: int, requests: int, send: Send) -> tuple[list[RunRecord], float]:
-    """``requests`` sends over ``level`` workers; returns the records and the wall time."""
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(requests):
-        queue.put_nowait(i)
-    records: list[RunRecord] = []
+def summarize_level(rounds: Sequence[RoundResult]) -> LevelSummary:
+    """``rounds`` of one level (failed rounds counted, never averaged in)."""
+    if not rounds:
+        raise ValueError("summarize_level: no rounds")
+    good = [r for r in rounds if r.ok]
+    logs = [math.log(r.output_tok_per_s) for r in good if r.output_tok_per_s]
+    geo = math.exp(statistics.fmean(logs)) if logs else None
+    half = None
+    if len(logs) >= 2:
+        t = float(sps.t.ppf(0.975, len(logs) - 1))
+        half = math.expm1(t * statistics.stdev(logs) / math.sqrt(len(logs)))
 
-    async def worker() -> None:
-        while True:
-            try:
-                index = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            records.append(await send(index))
+    def most(key: str) -> float | None:
+        values = [float(v) for r in rounds if (v := r.engine.get(key)) is not None]
+        return max(values) if values else None
 
-    start = time.perf_counter_ns()
-    await asyncio.gather(*(worker() for _ in range(level)))
-    return sorted(records, key=lambda r: r.run), (time.perf_counter_ns() - start) / 1e9
-
-
-def summarize_level(
-    level: int, records: Sequence[RunRecord], wall_s: float, accept_length: float | None
-) -> LevelResult:
-    ok = [r for r in records if r.ok and r.output_tokens]
-    tokens = sum(r.output_tokens or 0 for r in ok)
-    return LevelResult(
-        level=level,
-        requests=len(records),
-        failed=len(records) - len(ok),
-        wall_s=wall_s,
-        output_tokens=tokens,
-        output_tok_per_s=tokens / wall_s if ok and wall_s > 0 else None,
-        requests_per_s=len(ok) / wall_s if ok and wall_s > 0 else None,
-        ttft_s=percentiles([r.ttft_s for r in ok if r.ttft_s is not None]),
-        tpot_s=percentiles([r.tpot_s for r in ok if r.tpot_s is not None]),
-        accept_length=accept_length,
-        errors=tuple(f"request {r.run}: {r.error}" for r in records if r.error),
-    )
+    accepts = [r.accept_length for r in good if r.accept_length is not None]
+    return LevelSummary(
+        clients=rounds[0].clients, rounds=len(good), failed_rounds=len(rounds) - len(good),
+        output_tok_per_s=geo, ci_half=half,
+        decode_tok_per_s=_medians([r.decode_tok_per_s for r in good]),
+        ttft_s=_medians([r.ttft_s for r in good]),
+        accept_length=statistics.fmean(accepts) if accepts else None,
+        wall_s=sum(r.wall_s for r in rounds),
+        max_running=most("max_running"), max_queued=most("max_queued"),
+        outside_graphs=int(sum(float(r.engine.get("outside_graphs") or 0) for r in rounds)),
+    )  # fmt: skip
 
 
-def table(levels: Sequence[LevelResult]) -> list[list[str]]:
-    """Rows for the terminal: one per level."""
-
-    def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value * 1000:.0f}"
-
-    rows = [["clients", "out tok/s", "req/s", "TTFT p50/p90/p99 ms", "TPOT p50/p90/p99 ms",
-             "accept", "failed"]]  # fmt: skip
-    for lv in levels:
-        rows.append(
-            [
-                str(lv.level),
-                "-" if lv.output_tok_per_s is None else f"{lv.output_tok_per_s:.1f}",
-                "-" if lv.requests_per_s is None else f"{lv.requests_per_s:.2f}",
-                "/".join(ms(lv.ttft_s[k]) for k in ("p50", "p90", "p99")),
-                "/".join(ms(lv.tpot_s[k]) for k in ("p50", "p90", "p99")),
-                "-" if lv.accept_length is None else f"{lv.accept_length:.2f}",
-                str(lv.failed),
-            ]
-        )
-    return rows
+def _medians(cells: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
+    """Per percentile (p50, p99), the median over the rounds that have it."""
+    out: dict[str, float | None] = {}
+    for key in ("p50", "p99"):
+        values = [v for c in cells if (v := c.get(key)) is not None]
+        out[key] = statistics.median(values) if values else None
+    return out
 
 
-SLOT_FLAGS = ("-np", "--parallel", "--max-running-requests", "--max-num-seqs")
+def rounds_of(
+    config: Mapping[str, Any], clients: int | None = None, session: int | None = None
+) -> list[RoundResult]:
+    """The measured rounds a config record keeps (``extra.load``), of one level and session
+    where given, in order."""
+    out = []
+    for entry in (config.get("extra") or {}).get("load") or []:
+        if clients is not None and entry.get("clients") != clients:
+            continue
+        if session is not None and entry.get("session", 1) != session:
+            continue
+        out.append(RoundResult.from_dict(entry))
+    return out
 
 
-def parallel_slots(command: list[str] | None) -> int | None:
-    """The engine's parallel-slot / max-running setting from its command line (last wins)."""
-    args = command or []
-    found = None
-    for i, arg in enumerate(args[:-1]):
-        if arg in SLOT_FLAGS and args[i + 1].isdigit():
-            found = int(args[i + 1])
-    return found
+def levels_of(config: Mapping[str, Any]) -> list[int]:
+    """The levels (client counts) a config record measured, ascending."""
+    return sorted({int(e["clients"]) for e in (config.get("extra") or {}).get("load") or []})
+
+
+@dataclass(frozen=True)
+class LoadLimits:
+    """What an engine's command line lets it do at once: the requests it runs together
+    (``slots``) and the largest batch it runs in CUDA graphs (``graph_max_batch``, 0: graphs
+    off). None where the command line does not say (the engine's default applies)."""
+
+    slots: int | None = None
+    slots_flag: str | None = None
+    graph_max_batch: int | None = None
+    graph_flag: str | None = None
+
+    def notes(self, clients: int) -> list[str]:
+        """What a level of ``clients`` meets, by the command line."""
+        out = []
+        if self.slots is not None and clients > self.slots:
+            out.append(
+                f"queued by its settings: {clients} clients, {self.slots} requests at once "
+                f"({self.slots_flag} {self.slots})"
+            )
+        if self.graph_max_batch == 0:
+            out.append(f"outside CUDA graphs: they are off ({self.graph_flag})")
+        elif self.graph_max_batch is not None and clients > self.graph_max_batch:
+            out.append(
+                f"outside CUDA graphs above batch {self.graph_max_batch} "
+                f"({self.graph_flag} {self.graph_max_batch})"
+            )
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def observed_notes(level: LevelSummary) -> list[str]:
+    """What the engine itself reported during a level's rounds: queued requests (its gauge or
+    log) and decode steps outside CUDA graphs (its log)."""
+    out = []
+    if level.max_queued:
+        out.append(f"queued: up to {level.max_queued:.0f} requests waited (engine's own count)")
+    if level.outside_graphs:
+        out.append(f"outside CUDA graphs: {level.outside_graphs} decode log lines said so")
+    return out

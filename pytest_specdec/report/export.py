@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_specdec.core.results import ConfigRecord
 from pytest_specdec.measure.roofline import by_config
+from pytest_specdec.report.load import markdown_section
 from pytest_specdec.report.markdown import (
     environment_details,
     excluded,
@@ -30,7 +31,7 @@ from pytest_specdec.report.markdown import (
 )
 from pytest_specdec.report.summary import summarize
 from pytest_specdec.report.table import roofline_lines
-from pytest_specdec.verdict.judge import Judgement
+from pytest_specdec.verdict.judge import LOAD_ONLY, Judgement
 
 # The pytest-benchmark JSON layout this module writes (read by pytest-benchmark >= 3.1).
 BENCHMARK_FORMAT_VERSION = "5.1.0"
@@ -38,6 +39,7 @@ NULL = "null"
 
 
 def records(results: Mapping[str, Any]) -> list[ConfigRecord]:
+    """The results' config records."""
     return [ConfigRecord.from_dict(c) for c in results.get("configs", [])]
 
 
@@ -68,8 +70,6 @@ def hardware_label(results: Mapping[str, Any]) -> str:
 def markdown_summary(results: Mapping[str, Any]) -> str:
     """A GitHub-flavoured Markdown report of one results document (for the job summary)."""
     recs, prompts = records(results), prompt_names(results)
-    rooflines = by_config(results)
-    roof_lines = roofline_lines(rooflines)
     workload = (results.get("workload") or {}).get("name") or "workload"
     options = results.get("options") or {}
     count = options.get("sessions") or 1
@@ -83,21 +83,9 @@ def markdown_summary(results: Mapping[str, Any]) -> str:
         f"{results.get('started_at', '?')} → {results.get('finished_at', '?')}.",
         *(["", *notes] if notes else []),
         "",
-        "### Output tok/s",
-        "",
-        "Mean ± 95% CI half-width over the successful measured runs; `acc` = mean accept "
-        "length (tokens per verify step) where the engine reports it; geomean = geometric mean "
-        "over prompts (the suite score). Failed runs and runs ruled out by GPU hygiene "
-        "(invalid) are counted, never averaged in.",
-        "",
-        throughput_table(recs, prompts, rooflines),
-        *(["", *(f"- {md(line)}" for line in roof_lines)] if roof_lines else []),
-        "",
-        "### Verdicts (suite score)",
-        "",
-        *verdict_section(results.get("verdicts") or []),
-        "",
+        *_one_request_sections(results, recs, prompts),
         *position_section(results, prompts),
+        *markdown_section(results),
         "### GPU health",
         "",
         *gpu_lines(recs),
@@ -109,6 +97,35 @@ def markdown_summary(results: Mapping[str, Any]) -> str:
         *environment_details(results, recs),
     ]
     return "\n".join(out) + "\n"
+
+
+def _one_request_sections(
+    results: Mapping[str, Any], recs: Sequence[ConfigRecord], prompts: Sequence[str]
+) -> list[str]:
+    """The throughput table and the suite verdicts of the configs measured one request at a
+    time (a config measured at load levels only has its own section)."""
+    shown = [r for r in recs if r.measured() or not r.extra.get("load")]
+    if not shown:
+        return []
+    rooflines = by_config(results)
+    roof_lines = roofline_lines(rooflines)
+    verdicts = [v for v in results.get("verdicts") or [] if v.get("status") != LOAD_ONLY]
+    return [
+        "### Output tok/s",
+        "",
+        "Mean ± 95% CI half-width over the successful measured runs; `acc` = mean accept "
+        "length (tokens per verify step) where the engine reports it; geomean = geometric mean "
+        "over prompts (the suite score). Failed runs and runs ruled out by GPU hygiene "
+        "(invalid) are counted, never averaged in.",
+        "",
+        throughput_table(shown, prompts, rooflines),
+        *(["", *(f"- {md(line)}" for line in roof_lines)] if roof_lines else []),
+        "",
+        "### Verdicts (suite score)",
+        "",
+        *verdict_section(verdicts),
+        "",
+    ]
 
 
 def write_step_summary(
@@ -289,3 +306,21 @@ def verdict_properties(judgement: Judgement) -> list[tuple[str, str]]:
         ("specdec_accept_ratio", _text(accept_v.ratio, ".4f") if accept_v else NULL),
         ("specdec_accept_explanation", accept.message if accept is not None else NULL),
     ]
+
+
+def load_properties(judgement: Judgement) -> list[tuple[str, str]]:
+    """``(name, value)`` pairs of a config's load-level verdict test: per level its outcome,
+    ratio and MDE, and the crossover of its speedup curve."""
+    load = judgement.load
+    if load is None:
+        return []
+    out = [("specdec_load", load.message)]
+    for clients, lv in sorted(load.levels.items()):
+        v = lv.verdict
+        out += [
+            (f"specdec_load_c{clients}_verdict", v.outcome.value if v else NULL),
+            (f"specdec_load_c{clients}_ratio", _text(v.ratio, ".4f") if v else NULL),
+            (f"specdec_load_c{clients}_mde", _text(v.mde, ".4f") if v else NULL),
+        ]
+    out.append(("specdec_crossover", load.crossover.text if load.crossover else NULL))
+    return out

@@ -83,6 +83,7 @@ COST_PARTS = (
     ("lint_s", "lint"),
     ("warmup_s", "warmup"),
     ("generation_s", "measured requests"),
+    ("load_s", "load levels"),
     ("other_s", "other measuring"),
     ("cooldown_s", "cooldown"),
     ("stop_s", "stop"),

@@ -7,9 +7,16 @@ from typing import Any
 
 from pytest_specdec.core.results import ConfigRecord
 from pytest_specdec.measure.decode import decode_summary, short_lines
-from pytest_specdec.measure.levels import LevelResult
-from pytest_specdec.measure.levels import table as sweep_table
 from pytest_specdec.measure.roofline import describe as roofline_cell
+from pytest_specdec.report.load import (
+    LEVEL_HEADER,
+    VERDICT_HEADER,
+    crossover_lines,
+    level_notes,
+    level_rows,
+    limits_line,
+    verdict_rows,
+)
 from pytest_specdec.report.summary import (
     CellSummary,
     config_cells,
@@ -18,7 +25,7 @@ from pytest_specdec.report.summary import (
     unmeasured_label,
 )
 from pytest_specdec.verdict.acceptance import accept_summary_lines, short
-from pytest_specdec.verdict.judge import Judgement
+from pytest_specdec.verdict.judge import LOAD_ONLY, Judgement
 
 
 def _cell(c: CellSummary) -> str:
@@ -109,23 +116,25 @@ def terminal_summary(
     """Lines for pytest's terminal summary."""
     if not records:
         return []
-    decodes = {n: decode_summary(r.to_dict(), prompts) for n, r in records.items()}
-    out = [
-        "output tok/s: mean ±95% CI half-width over measured runs; aN = mean accept length "
-        "(tokens per verify step) where the engine reports it; geomean: the suite score; "
-        "decode: geometric mean over the prompts that decode of 1 / median TPOT",
-        render_table(table_rows(list(records.values()), prompts, rooflines, decodes)),
-        *roofline_lines(rooflines or {}),
-        *short_lines(decodes),
-    ]
+    # A config measured at load levels only has no row here (its own table follows).
+    shown = [r for r in records.values() if r.measured() or not r.extra.get("load")]
+    decodes = {r.name: decode_summary(r.to_dict(), prompts) for r in shown}
+    out = []
+    if shown:
+        out += [
+            "output tok/s: mean ±95% CI half-width over measured runs; aN = mean accept length "
+            "(tokens per verify step) where the engine reports it; geomean: the suite score; "
+            "decode: geometric mean over the prompts that decode of 1 / median TPOT",
+            render_table(table_rows(shown, prompts, rooflines, decodes)),
+            *roofline_lines(rooflines or {}),
+            *short_lines(decodes),
+        ]
     for rec in records.values():
-        sweep = rec.extra.get("concurrency")
-        if sweep:
-            slots = sweep[-1].get("parallel_slots")
-            out.append(
-                f"{rec.name}: concurrency sweep (engine parallel slots: {slots or 'unknown'})"
-            )
-            out.append(render_table(sweep_rows(sweep)))
+        if rec.extra.get("load"):
+            doc = rec.to_dict()
+            out.append(limits_line(rec.name, doc))
+            out.append(render_table([LEVEL_HEADER, *level_rows(doc)]))
+            out.extend(level_notes(rec.name, doc))
     for rec in records.values():
         line = f"{rec.name}: engine {rec.engine_version or 'version unknown'}"
         if rec.boot_s is not None:
@@ -169,21 +178,39 @@ def verdict_lines(judgements: Sequence[Judgement]) -> list[str]:
         return []
     header = ["config", "verdict", "ratio [90% CI]", "p raw / Holm", "MDE", "accept Δ"]
     header += ["accept verdict", "cause", "against"]
-    scores = {j.score for j in judgements}
+    suites = [j for j in judgements if j.status != LOAD_ONLY]  # the others: load levels only
+    scores = {j.score for j in suites}
     what = " of decode tok/s, 1 / TPOT" if scores == {"decode"} else ""
-    out = [f"verdicts (suite score = geometric mean over prompts{what}):"]
-    out.append(render_table([header, *(_verdict_row(j) for j in judgements)]))
-    for j in judgements:
+    out = []
+    if suites:
+        out.append(f"verdicts (suite score = geometric mean over prompts{what}):")
+        out.append(render_table([header, *(_verdict_row(j) for j in suites)]))
+    for j in suites:
         out.append(f"{j.config}: {j.message}")
         out.extend(f"{j.config}: note: {n}" for n in j.notes)
         for prompt, v in j.prompts.items():
             if v.outcome.value != "UNCHANGED":
                 out.append(f"{j.config}/{prompt}: {v.explanation}")
         out.extend(accept_summary_lines(j.config, j.acceptance))
-    return out
+    return out + load_verdict_lines(judgements)
 
 
-def sweep_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
-    fields = set(LevelResult.__dataclass_fields__)
-    levels = [LevelResult(**{k: v for k, v in e.items() if k in fields}) for e in entries]
-    return sweep_table(sorted(levels, key=lambda lv: lv.level))
+def load_verdict_lines(judgements: Sequence[Judgement]) -> list[str]:
+    """The load levels' verdicts (aggregate output tok/s per level), the notes, and each
+    speculative config's crossover."""
+    with_load = [j.to_dict() for j in judgements if j.load is not None]
+    rows = [row for j in with_load for row in verdict_rows(j)]
+    out = []
+    if rows:
+        out += ["load levels (aggregate output tok/s per level; Holm across every level of the "
+                "run):", render_table([VERDICT_HEADER, *rows])]  # fmt: skip
+    for j in judgements:
+        if j.load is None:
+            continue
+        if not j.load.levels:
+            out.append(f"{j.config}: load: {j.load.message}")
+        for lv in j.load.levels.values():
+            if lv.verdict is not None and lv.verdict.outcome.value != "UNCHANGED":
+                out.append(f"{j.config}: {lv.message}")
+        out.extend(f"{j.config}: load note: {n}" for n in j.load.notes)
+    return out + [line for j in with_load for line in crossover_lines(j)]

@@ -188,6 +188,24 @@ class Baseline:
             if s.get("suite")
         ]
 
+    def level_cells(self, clients: int) -> list[Mapping[str, Any]]:
+        """The stored cells of load level ``clients``, one per session that measured it."""
+        return [
+            cell
+            for session in self.sessions
+            if (cell := (session.get("levels") or {}).get(str(clients)))
+        ]
+
+    def level_history(self, clients: int) -> list[SessionSummary]:
+        cells = self.level_cells(clients)
+        return [
+            SessionSummary(int(c["n"]), float(c["mean_log"]), float(c["sd_log"])) for c in cells
+        ]
+
+    def level_sessions(self, clients: int) -> list[list[float]]:
+        """Each stored session's round values at ``clients`` (aggregate output tok/s)."""
+        return [[float(v) for v in c["runs"]] for c in self.level_cells(clients)]
+
     def raw_runs(self, prompt: str | None = None) -> list[float]:
         """All stored tok/s of a prompt (or per-run suite values), oldest first."""
         out: list[float] = []
@@ -231,7 +249,23 @@ def _check_document(data: Any, path: Path) -> Baseline:
                 raise BaselineError(
                     f"baseline {path}: sessions[{i}].prompts.{name} lacks {', '.join(missing)}"
                 )
+        _check_levels(session.get("levels"), f"baseline {path}: sessions[{i}]")
     return Baseline(path, key, sessions)
+
+
+def _check_levels(levels: Any, where: str) -> None:
+    """A session's load-level cells (absent in sessions that measured none)."""
+    if levels is None:
+        return
+    if not isinstance(levels, dict):
+        raise BaselineError(f"{where}.levels must be an object of client counts")
+    for name, cell in levels.items():
+        if not str(name).isdigit():
+            raise BaselineError(f"{where}.levels: {name!r} is not a client count")
+        missing = [f for f in ("n", "mean_log", "sd_log", "runs")
+                   if not isinstance(cell, dict) or f not in cell]  # fmt: skip
+        if missing:
+            raise BaselineError(f"{where}.levels.{name} lacks {', '.join(missing)}")
 
 
 def load_baseline(path: Path) -> Baseline | None:
@@ -272,8 +306,9 @@ def session_entry(
     suite_runs: Sequence[float],
     prompt_cells: Mapping[str, Mapping[str, Any]],
     session: int = 1,
+    level_cells: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    return {
+    entry = {
         "added_at": utc_now(),
         "started_at": results.get("started_at"),
         "engine_version": config.get("engine_version"),
@@ -294,6 +329,9 @@ def session_entry(
             f"{results.get('started_at')}|{config.get('name')}|{session}".encode()
         ).hexdigest()[:12],
     }
+    if level_cells:  # sessions without load levels keep the shape they always had
+        entry["levels"] = dict(level_cells)
+    return entry
 
 
 def append_session(

@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_specdec.verdict.acceptance import adjust_accept
 from pytest_specdec.verdict.judge import MISMATCH, Judgement
+from pytest_specdec.verdict.load import adjust_load
 from pytest_specdec.verdict.sessions import accept_means, workload_prompts
 from pytest_specdec.verdict.stats import Verdict, VerdictPolicy, adjust_verdicts
 
@@ -27,6 +28,7 @@ def adjust(judgements: Sequence[Judgement], policy: VerdictPolicy) -> list[Judge
             j = replace(j, suite=by_config[j.config]).explain()
         out.append(j)
     adjust_accept([j.acceptance for j in out if j.acceptance is not None], policy)
+    adjust_load([j.load for j in out if j.load is not None], policy)
     return out
 
 
@@ -44,7 +46,7 @@ def failures(
             out.append(f"{j.config}: {j.message}")
             continue
         out += [msg for v, msg in failing(j, fail_on) if provisional_gates or not v.provisional]
-    return out
+    return out + crossover_failures(judgements, fail_on)
 
 
 def not_gating(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[str]:
@@ -59,7 +61,8 @@ def not_gating(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[
 
 
 def wanted(fail_on: Sequence[str], signal: str) -> set[str]:
-    """The outcomes (upper case) that fail the run for one signal: ``tok`` or ``accept``."""
+    """The outcomes (upper case) that fail the run for one signal: ``tok``, ``accept`` or
+    ``load``."""
     out = set()
     for item in (f.lower() for f in fail_on):
         head, _, outcome = item.rpartition("-")
@@ -76,7 +79,18 @@ def failing(j: Judgement, fail_on: Sequence[str]) -> list[tuple[Verdict, str]]:
     a = j.acceptance
     if a is not None and a.suite is not None and a.suite.outcome.value in wanted(fail_on, "accept"):
         out.append((a.suite, f"{j.config}: {a.message}"))
+    for lv in j.load.levels.values() if j.load is not None else ():
+        if lv.verdict is not None and lv.verdict.outcome.value in wanted(fail_on, "load"):
+            out.append((lv.verdict, f"{j.config} at {lv.message}"))
     return out
+
+
+def crossover_failures(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[str]:
+    """With ``crossover`` in ``fail_on``: the load levels where speculation no longer pays
+    (tonight's speedup CI below 1) where it paid in the stored baselines (CI above 1)."""
+    if "crossover" not in [f.lower() for f in fail_on]:
+        return []
+    return [f"{j.config}: {line}" for j in judgements if j.load for line in j.load.paying_lost()]
 
 
 def indistinguishable(results: Mapping[str, Any], tolerance: float = 0.01) -> list[str]:

@@ -7,13 +7,13 @@ diagnosis. Holm's adjustment runs across the configs of one run.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_specdec.measure.levels import levels_of
 from pytest_specdec.verdict.acceptance import (
     AcceptJudgement,
     judge_accept_history,
@@ -26,23 +26,36 @@ from pytest_specdec.verdict.baselines import (
     key_mismatch,
     load_baseline,
 )
+from pytest_specdec.verdict.compare import (
+    ONE_SESSION_NOTE,
+    attribute,
+    history_verdict,
+    session_verdict,
+)
+from pytest_specdec.verdict.crossover import Crossover, crossover_of
+from pytest_specdec.verdict.load import (
+    LoadJudgement,
+    judge_load_history,
+    judge_load_reference,
+    plain_config,
+    speedup_levels,
+    stored_speedups,
+)
 from pytest_specdec.verdict.sessions import (
+    LOAD_ONLY_MESSAGE,
     accept_means,
     by_session,
+    config_measured,
     empty_prompts,
     prompt_runs,
     score_of,
-    session_means,
     suite_runs,
     unmeasured_prompts,
     workload_prompts,
 )
 from pytest_specdec.verdict.stats import (
-    SessionSummary,
     Verdict,
     VerdictPolicy,
-    against_history_sessions,
-    welch_log,
 )
 
 NO_BASELINE = "no-baseline"
@@ -50,6 +63,7 @@ MISMATCH = "mismatch"
 JUDGED = "judged"
 UNJUDGEABLE = "unjudgeable"
 PARTIAL = "partial"
+LOAD_ONLY = "load-only"  # load levels measured, no prompt at one request at a time
 
 
 @dataclass
@@ -68,6 +82,7 @@ class Judgement:
     cause_text: str | None = None
     acceptance: AcceptJudgement | None = None  # the accept-length verdict beside tok/s
     score: str = "e2e"  # what tok/s means here: sessions.SCORES
+    load: LoadJudgement | None = None  # the load levels' verdicts, where measured
 
     @property
     def outcome(self) -> str:
@@ -88,6 +103,7 @@ class Judgement:
             "cause_text": self.cause_text,
             "acceptance": self.acceptance.to_dict() if self.acceptance else None,
             "score": self.score,
+            "load": self.load.to_dict() if self.load else None,
         }
 
     def explain(self) -> Judgement:
@@ -110,83 +126,43 @@ def _accept_change(
     return out
 
 
-ACCEPT_TOLERANCE = 0.02  # accept lengths within ±2% count as unchanged
-
-
-def attribute(
-    verdict: Verdict, accept: Mapping[str, Mapping[str, float | None]]
-) -> tuple[str | None, str | None]:
-    """Why the suite score moved: the drafter (accept length), the kernels (speed per verify
-    step), both, or the target's own decoding (no speculation). Output tok/s factors exactly
-    into accept length x verify steps per second, so the ratio splits into the two.
-
-    Returns ``(cause, sentence)``; ``(None, None)`` when nothing moved or nothing is known."""
-    pairs = [(a.get("new"), a.get("reference")) for a in accept.values()]
-    both = [(n, r) for n, r in pairs if n and r]
-    new_only = [n for n, r in pairs if n and not r]
-    if not both and not new_only:
-        if verdict.outcome.value in ("REGRESSED", "IMPROVED"):
-            return "target", (
-                "cause: no accept length on either side (no speculation, or the engine reports "
-                "none), so decoding itself changed: kernels, engine or host, not a drafter"
-            )
-        return None, None
-    if not both:  # speculation against plain decoding (e.g. --specdec-reference baseline)
-        mean_accept = math.exp(statistics.fmean(math.log(n) for n in new_only))
-        step = verdict.ratio / mean_accept
-        return "speculation", (
-            f"speculation: {mean_accept:.2f} tokens per verify step, each step costing "
-            f"{1 / step:.2f} plain decode steps (verify steps/s x{step:.3f})"
-        )
-    accept_ratio = math.exp(statistics.fmean(math.log(n / r) for n, r in both))
-    step = verdict.ratio / accept_ratio
-    moved = verdict.outcome.value in ("REGRESSED", "IMPROVED")
-    facts = f"accept length {accept_ratio - 1:+.1%}, verify steps/s {step - 1:+.1%}"
-    if abs(accept_ratio - 1) < ACCEPT_TOLERANCE:
-        if not moved:
-            return None, f"accept length unchanged ({facts})"
-        pace = "slower" if step < 1 else "faster"
-        return "kernel", (
-            f"cause: kernel side: accept length unchanged ({facts}), so each verify step "
-            f"(drafting + verification) got {pace}: not the drafter"
-        )
-    if not moved:
-        return None, f"accept length moved ({facts}) without a decided change in tok/s"
-    against = math.log(step) * math.log(verdict.ratio) < 0  # the steps moved the other way
-    if against and math.log(accept_ratio) * math.log(verdict.ratio) > 0:
-        fewer, pace = ("fewer", "cheaper") if accept_ratio < 1 else ("more", "dearer")
-        return "drafter", (
-            f"cause: drafter: {fewer} drafted tokens are accepted per step ({facts}); each step "
-            f"got {pace}, which made up part of it: not the kernels"
-        )
-    if math.log(accept_ratio) * math.log(verdict.ratio) < 0 and not against:
-        pace = "slower" if step < 1 else "faster"
-        return "kernel", (
-            f"cause: kernel side: each verify step got {pace} ({facts}), against the accept "
-            "length, which moved the other way: not the drafter"
-        )
-    if abs(math.log(step)) < abs(math.log(accept_ratio)) / 3:
-        fewer = "fewer" if accept_ratio < 1 else "more"
-        return "drafter", (
-            f"cause: drafter: the accept length explains the change ({facts}): {fewer} drafted "
-            "tokens are accepted per step, while a step costs what it did"
-        )
-    return "both", f"cause: drafter and kernel side both moved ({facts})"
-
-
 def judge_reference(
     results: Mapping[str, Any],
     config: Mapping[str, Any],
     reference: Mapping[str, Any],
     policy: VerdictPolicy,
+    load_policy: VerdictPolicy | None = None,
+    root: Path | None = None,
 ) -> Judgement:
-    """A/B within one run: Welch t on ln tok/s between two configs' runs."""
+    """A/B within one run: Welch t on ln tok/s between two configs' runs, and at each load
+    level both measured (``load_policy``; ``root``: the baseline store, for the stored speedup
+    curve beside tonight's)."""
+    judgement = _prompts_reference(results, config, reference, policy)
+    if levels_of(config):
+        load = judge_load_reference(config, reference, load_policy or policy)
+        if root is not None and load.crossover is not None:
+            load.baseline_crossover = stored_crossover(
+                results, config, reference, root, load_policy or policy
+            )
+        judgement.load = load
+    return judgement
+
+
+def _prompts_reference(
+    results: Mapping[str, Any],
+    config: Mapping[str, Any],
+    reference: Mapping[str, Any],
+    policy: VerdictPolicy,
+) -> Judgement:
     prompts = workload_prompts(results)
     score = score_of(results)
     new = prompt_runs(config, prompts, score=score)
     ref = prompt_runs(reference, prompts, score=score)
     against = f"reference {reference['name']}"
     judgement = Judgement(config["name"], JUDGED, "", against, score=score)
+    if not config_measured(config):
+        judgement.status, judgement.message = LOAD_ONLY, LOAD_ONLY_MESSAGE
+        return judgement
     partial = unmeasured_prompts(config, prompts) or unmeasured_prompts(reference, prompts)
     if partial:
         judgement.status, judgement.message = PARTIAL, partial
@@ -196,19 +172,11 @@ def judge_reference(
         judgement.status, judgement.message = UNJUDGEABLE, problem
         return judgement
     new_s, ref_s = by_session(config, prompts, score), by_session(reference, prompts, score)
-    if len(new_s) >= 2 and len(ref_s) >= 2:  # sessions are the unit: Welch on session means
+    if len(new_s) < 2 or len(ref_s) < 2:
+        judgement.notes.append(ONE_SESSION_NOTE)
 
-        def compare(a: list[list[float]], b: list[list[float]]) -> Verdict:
-            return welch_log(session_means(a), session_means(b), policy)
-    else:
-        judgement.notes.append(
-            "one server session per side: between-session noise is not measured, so the "
-            "verdict is provisional; --specdec-sessions 3 gives a reliable A/B"
-        )
-
-        def compare(a: list[list[float]], b: list[list[float]]) -> Verdict:
-            flat = [[v for s in a for v in s], [v for s in b for v in s]]
-            return welch_log(flat[0], flat[1], policy, provisional=True)
+    def compare(a: list[list[float]], b: list[list[float]]) -> Verdict:
+        return session_verdict(a, b, policy)
 
     judgement.prompts = {p: compare([s[p] for s in new_s], [s[p] for s in ref_s]) for p in prompts}
     judgement.suite = compare([suite_runs(s) for s in new_s], [suite_runs(s) for s in ref_s])
@@ -229,20 +197,6 @@ def _history_accept(baseline: Baseline, prompts: Sequence[str]) -> dict[str, flo
         ]
         out[p] = statistics.fmean(values) if values else None
     return out
-
-
-def _history_verdict(
-    new: Sequence[Sequence[float]],
-    history: Sequence[SessionSummary],
-    raw: Sequence[float],
-    policy: VerdictPolicy,
-) -> Verdict:
-    """New sessions (lists of tok/s) against the stored history of session summaries."""
-    if len(history) >= policy.min_history:
-        summaries = [SessionSummary.from_values(values) for values in new]
-        return against_history_sessions(summaries, history, policy)
-    # Fewer sessions than a prediction interval needs: Welch against the stored raw runs.
-    return welch_log([v for s in new for v in s], raw, policy, provisional=True)
 
 
 def engine_env_change(session: Mapping[str, Any], config: Mapping[str, Any]) -> str | None:
@@ -306,14 +260,65 @@ def judge_baseline(
     root: Path,
     policy: VerdictPolicy,
     allow_mismatch: bool = False,
+    load_policy: VerdictPolicy | None = None,
 ) -> Judgement:
-    """Against the stored history of this config's baseline key."""
-    prompts = workload_prompts(results)
-    score = score_of(results)
-    judgement = Judgement(config["name"], JUDGED, "", "baseline", score=score)
+    """Against the stored history of this config's baseline key; its load levels too (with
+    ``load_policy``), and its speedup curve against a plain config measured in the same run."""
+    judgement = Judgement(config["name"], JUDGED, "", "baseline", score=score_of(results))
     baseline = _comparable_baseline(judgement, results, config, root, allow_mismatch)
+    if levels_of(config):
+        judgement.load = _load_against_baseline(
+            results, config, baseline, root, load_policy or policy
+        )
     if baseline is None:
         return judgement
+    if not config_measured(config):
+        judgement.status, judgement.message = LOAD_ONLY, LOAD_ONLY_MESSAGE
+        return judgement
+    return _prompts_baseline(judgement, results, config, baseline, policy)
+
+
+def _load_against_baseline(
+    results: Mapping[str, Any], config: Mapping[str, Any], baseline: Baseline | None,
+    root: Path, policy: VerdictPolicy,
+) -> LoadJudgement:  # fmt: skip
+    """The load levels against their stored history (when there is one), and tonight's speedup
+    curve against a plain config of the same run beside the stored one."""
+    if baseline is None:
+        load = LoadJudgement(NO_BASELINE, "no baseline to judge the load levels against", "")
+    else:
+        load = judge_load_history(config, baseline, policy)
+    plain = plain_config(results, config)
+    if plain is not None:
+        load.crossover = crossover_of(plain["name"], speedup_levels(config, plain, policy))
+        if load.crossover is not None:
+            load.baseline_crossover = stored_crossover(results, config, plain, root, policy)
+    return load
+
+
+def stored_crossover(
+    results: Mapping[str, Any], config: Mapping[str, Any], plain: Mapping[str, Any], root: Path,
+    policy: VerdictPolicy,
+) -> Crossover | None:  # fmt: skip
+    """The speedup curve of the two configs' stored baselines (None unless both are stored
+    under tonight's keys)."""
+    stored = []
+    for cfg in (config, plain):
+        key = key_for(results, cfg)
+        found = load_baseline(baseline_path(root, key))
+        if found is None or key_mismatch(found.key, key):
+            return None
+        stored.append(found)
+    curve = stored_speedups(stored[0], stored[1], levels_of(config), policy)
+    return crossover_of(str(plain["name"]), curve)
+
+
+def _prompts_baseline(
+    judgement: Judgement, results: Mapping[str, Any], config: Mapping[str, Any],
+    baseline: Baseline, policy: VerdictPolicy,
+) -> Judgement:  # fmt: skip
+    prompts = workload_prompts(results)
+    score = judgement.score
     partial = unmeasured_prompts(config, prompts)
     if partial:
         judgement.status, judgement.message = PARTIAL, partial
@@ -325,13 +330,13 @@ def judge_baseline(
         return judgement
     new_s = by_session(config, prompts, score)
     judgement.prompts = {
-        p: _history_verdict(
+        p: history_verdict(
             [s[p] for s in new_s], baseline.prompt_history(p), baseline.raw_runs(p), policy
         )
         for p in prompts
         if baseline.prompt_history(p)
     }
-    judgement.suite = _history_verdict(
+    judgement.suite = history_verdict(
         [suite_runs(s) for s in new_s], baseline.suite_history(), baseline.raw_runs(None), policy
     )
     judgement.accept = _accept_change(

@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_specdec.core.results import position_rates_of
 from pytest_specdec.core.values import SCORES
+from pytest_specdec.measure.levels import PROTOCOL, levels_of, rounds_of
 from pytest_specdec.verdict.baselines import (
     BaselineError,
     append_session,
@@ -23,6 +24,16 @@ from pytest_specdec.verdict.baselines import (
 )
 from pytest_specdec.verdict.stats import SessionSummary
 from pytest_specdec.verdict.suite import suite_values
+
+LOAD_ONLY_MESSAGE = (
+    "load levels only: no prompt was measured one request at a time (suites/test_throughput.py "
+    "was not run), so there is no suite score to judge"
+)
+
+
+def config_measured(config: Mapping[str, Any]) -> bool:
+    """Whether any prompt of ``config`` was measured one request at a time."""
+    return any(r.get("phase") == "measure" for r in config.get("runs", []))
 
 
 def score_of(results: Mapping[str, Any]) -> str:
@@ -207,33 +218,93 @@ def column_means(rows: Sequence[Sequence[float]]) -> list[float]:
     return [statistics.fmean(float(r[k]) for r in rows) for k in range(width)]
 
 
-def session_entries(results: Mapping[str, Any], config: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The baseline entries of this config's server sessions (what the baseline stores).
+def level_sessions(config: Mapping[str, Any], clients: int) -> list[list[float]]:
+    """Per server session, the usable rounds' aggregate output tok/s at ``clients`` (rounds
+    with a failed request or ruled out by GPU hygiene left out)."""
+    by_session: dict[int, list[float]] = {}
+    for r in rounds_of(config, clients):
+        if r.ok and r.output_tok_per_s:
+            by_session.setdefault(r.session, []).append(float(r.output_tok_per_s))
+    return [by_session[s] for s in sorted(by_session)]
 
-    BaselineError when the config cannot give clean sessions (a failed run, a boot error, a
-    prompt not measured, a prompt without a successful run)."""
+
+def level_accept(
+    config: Mapping[str, Any], clients: int, session: int | None = None
+) -> float | None:
+    """Mean accept length over the usable rounds at ``clients`` (None: none reported)."""
+    values = [r.accept_length for r in rounds_of(config, clients, session)
+              if r.ok and r.accept_length is not None]  # fmt: skip
+    return statistics.fmean(values) if values else None
+
+
+def round_errors(config: Mapping[str, Any]) -> list[str]:
+    """One line per failed round: what the level's test reports (never averaged away)."""
+    return [
+        f"{config.get('name')} at {r.clients} clients, session {r.session} round {r.round}: "
+        f"{r.failed} of {r.requests} requests failed: {'; '.join(r.errors[:3])}"
+        for r in rounds_of(config)
+        if r.errors
+    ]
+
+
+def level_cells(config: Mapping[str, Any], session: int) -> dict[str, dict[str, Any]]:
+    """The baseline cells of one server session's load levels, keyed by client count."""
+    cells: dict[str, dict[str, Any]] = {}
+    for clients in levels_of(config):
+        values = [float(r.output_tok_per_s) for r in rounds_of(config, clients, session)
+                  if r.ok and r.output_tok_per_s]  # fmt: skip
+        if not values:
+            continue
+        summary = SessionSummary.from_values(values)
+        cells[str(clients)] = {
+            "n": summary.n, "mean_log": summary.mean_log, "sd_log": summary.sd_log,
+            "runs": values, "accept_length": level_accept(config, clients, session),
+            "protocol": PROTOCOL,
+        }  # fmt: skip
+    return cells
+
+
+def session_entries(results: Mapping[str, Any], config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The baseline entries of this config's server sessions (what the baseline stores): the
+    prompts and suite score where prompts were measured one request at a time, the load
+    levels where those were measured.
+
+    BaselineError when the config cannot give clean sessions (a failed run or round, a boot
+    error, a prompt not measured, a prompt without a successful run, nothing measured)."""
     prompts = workload_prompts(results)
     score = score_of(results)
     failed = [r for r in config.get("runs", []) if r.get("phase") == "measure" and r.get("error")]
-    if config.get("error") or failed:
+    failed_rounds = round_errors(config)
+    if config.get("error") or failed or failed_rounds:
         raise BaselineError(
             f"{config['name']}: not added to the baseline: {len(failed)} failed run(s)"
+            f"{f' and {len(failed_rounds)} failed load round(s)' if failed_rounds else ''}"
             f"{' and a boot error' if config.get('error') else ''}; "
             "a baseline takes clean sessions only"
         )
-    partial = unmeasured_prompts(config, prompts)
+    measured, levels = config_measured(config), levels_of(config)
+    if not measured and not levels:
+        raise BaselineError(f"{config['name']}: not added to the baseline: nothing was measured")
+    partial = unmeasured_prompts(config, prompts) if measured else None
     if partial:
         raise BaselineError(f"{config['name']}: not added to the baseline: {partial}")
     entries = []
-    for session in sessions_of(config):
-        runs = prompt_runs(config, prompts, session, score)
-        problem = empty_prompts(runs, score)
-        if problem:
-            raise BaselineError(f"{config['name']}: not added to the baseline: {problem}")
-        scores = suite_runs(runs)
-        suite = SessionSummary.from_values(scores)
-        cells = session_cells(config, prompts, session, score)
-        entries.append(session_entry(results, config, suite, scores, cells, session))
+    load_sessions = {int(e.get("session", 1)) for e in (config.get("extra") or {}).get("load", [])}
+    for session in sorted(set(sessions_of(config)) | load_sessions):
+        suite, scores, cells = None, [], {}
+        if measured:
+            runs = prompt_runs(config, prompts, session, score)
+            problem = empty_prompts(runs, score)
+            if problem:
+                raise BaselineError(f"{config['name']}: not added to the baseline: {problem}")
+            scores = suite_runs(runs)
+            suite = SessionSummary.from_values(scores)
+            cells = session_cells(config, prompts, session, score)
+        entries.append(
+            session_entry(
+                results, config, suite, scores, cells, session, level_cells(config, session)
+            )
+        )
     return entries
 
 
@@ -250,9 +321,15 @@ def update_baseline(
         after = append_session(path, key, entry, allow_mismatch=allow_mismatch)
     old_n = len(before.sessions) if before else 0
     new_n = len(after.sessions) if after else 0
-    mean = statistics.fmean(e["suite"]["mean_log"] for e in entries)
-    line = f"{config['name']}: {path}: {old_n} → {new_n} sessions; suite {math.exp(mean):.1f} tok/s"
-    if before and before.suite_history():
-        prev = statistics.fmean(h.mean_log for h in before.suite_history())
-        line += f" (history {math.exp(prev):.1f} tok/s, {math.exp(mean - prev) - 1:+.1%})"
+    line = f"{config['name']}: {path}: {old_n} → {new_n} sessions"
+    suites = [e["suite"]["mean_log"] for e in entries if e.get("suite")]
+    if suites:
+        mean = statistics.fmean(suites)
+        line += f"; suite {math.exp(mean):.1f} tok/s"
+        if before and before.suite_history():
+            prev = statistics.fmean(h.mean_log for h in before.suite_history())
+            line += f" (history {math.exp(prev):.1f} tok/s, {math.exp(mean - prev) - 1:+.1%})"
+    levels = levels_of(config)
+    if levels:
+        line += f"; load levels {', '.join(str(c) for c in levels)} clients"
     return line

@@ -1,0 +1,201 @@
+"""The load levels, presented: per config a row per level (throughput with its CI, decode and
+TTFT percentiles, accept length, what the engine did, what the level cost), the level verdicts,
+the speedup curve's crossover, and the curves as a Mermaid chart for Markdown. Rows only: the
+terminal table and the Markdown report render them (table.py, export.py). Works on the dicts of
+a results document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_specdec.measure.levels import (
+    LevelSummary,
+    LoadLimits,
+    levels_of,
+    observed_notes,
+    rounds_of,
+    summarize_level,
+)
+
+LEVEL_HEADER = ["clients", "rounds", "out tok/s ±95%", "decode p50/p99", "TTFT p50/p99 ms",
+                "accept", "engine", "s"]  # fmt: skip
+VERDICT_HEADER = ["config", "clients", "verdict", "ratio [90% CI]", "p raw / Holm", "MDE (δ)",
+                  "accept Δ", "cause"]  # fmt: skip
+
+
+def _num(value: float | None, fmt: str = ".0f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _engine_cell(level: LevelSummary, limits: LoadLimits) -> str:
+    notes = []
+    if level.max_queued:
+        notes.append(f"queued ≤{level.max_queued:.0f}")
+    elif limits.slots is not None and level.clients > limits.slots:
+        notes.append(f"queued (slots {limits.slots})")
+    if level.outside_graphs:
+        notes.append(f"no graph x{level.outside_graphs}")
+    elif limits.graph_max_batch is not None and level.clients > limits.graph_max_batch:
+        notes.append(f"no graph > {limits.graph_max_batch}")
+    return ", ".join(notes) or "-"
+
+
+def level_summaries(config: Mapping[str, Any]) -> list[LevelSummary]:
+    """Each load level of a config over all its sessions' rounds, ascending."""
+    return [summarize_level(rounds_of(config, c)) for c in levels_of(config)]
+
+
+def limits_of(config: Mapping[str, Any]) -> LoadLimits:
+    found = (config.get("extra") or {}).get("load_limits") or {}
+    return LoadLimits(**{k: v for k, v in found.items() if k in LoadLimits.__dataclass_fields__})
+
+
+def level_rows(config: Mapping[str, Any]) -> list[list[str]]:
+    """The measurement rows of a config's load levels (without the header)."""
+    limits = limits_of(config)
+    rows = []
+    for lv in level_summaries(config):
+        tput = _num(lv.output_tok_per_s, ".1f")
+        if lv.ci_half is not None:
+            tput += f" ±{lv.ci_half:.1%}"
+        rounds = str(lv.rounds) + (f" ({lv.failed_rounds} failed)" if lv.failed_rounds else "")
+        decode = f"{_num(lv.decode_tok_per_s['p50'])}/{_num(lv.decode_tok_per_s['p99'])}"
+        ttft = "/".join(_num(None if v is None else v * 1000) for v in lv.ttft_s.values())
+        rows.append([str(lv.clients), rounds, tput, decode, ttft,
+                     _num(lv.accept_length, ".2f"), _engine_cell(lv, limits),
+                     f"{lv.wall_s:.0f}"])  # fmt: skip
+    return rows
+
+
+def limits_line(name: str, config: Mapping[str, Any]) -> str:
+    """What the engine's command line allowed at once, and the level notes it implies."""
+    limits = limits_of(config)
+    slots = "its default" if limits.slots is None else f"{limits.slots} ({limits.slots_flag})"
+    graphs = ""
+    if limits.graph_max_batch == 0:
+        graphs = f"; CUDA graphs off ({limits.graph_flag})"
+    elif limits.graph_max_batch is not None:
+        graphs = f"; CUDA graphs up to batch {limits.graph_max_batch} ({limits.graph_flag})"
+    rounds = rounds_of(config)
+    per = len({(r.session, r.clients, r.round) for r in rounds}) / max(1, len(levels_of(config)))
+    return (
+        f"{name}: load levels: closed-loop clients, each covering the workload once per round, "
+        f"{per:.0f} rounds per level; requests at once: {slots}{graphs}"
+    )
+
+
+def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
+    """The levels the engine queued or ran outside its CUDA graphs, by its settings and by
+    what it reported."""
+    limits = limits_of(config)
+    out = []
+    for lv in level_summaries(config):
+        notes = observed_notes(lv) or limits.notes(lv.clients)
+        out += [f"{name} at {lv.clients} clients: {n}" for n in notes]
+    return out
+
+
+def _ratio(v: Mapping[str, Any]) -> str:
+    if v.get("ci_low") is None or v.get("ci_high") is None:
+        return f"{v.get('ratio', 0):.3f}"
+    return f"{v['ratio']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
+
+
+def verdict_rows(judgement: Mapping[str, Any]) -> list[list[str]]:
+    """One row per judged level of a judgement's load part (``Judgement.to_dict()``)."""
+    load = judgement.get("load") or {}
+    rows = []
+    for clients, lv in sorted((load.get("levels") or {}).items(), key=lambda kv: int(kv[0])):
+        v = lv.get("verdict") or {}
+        if not v:
+            continue
+        p_raw = min(v["p_regress"], v["p_improve"])
+        p_adj = "-" if v.get("p_adjusted") is None else f"{v['p_adjusted']:.3g}"
+        change = (lv.get("accept") or {}).get("change")
+        rows.append([
+            str(judgement.get("config")), str(clients),
+            str(v["outcome"]) + (" (provisional)" if v.get("provisional") else ""),
+            _ratio(v), f"{p_raw:.3g} / {p_adj}", f"{v['mde']:.1%} ({v['delta']:.1%})",
+            "-" if change is None else f"{change:+.1%}", str(lv.get("cause") or "-"),
+        ])  # fmt: skip
+    return rows
+
+
+def crossover_lines(judgement: Mapping[str, Any]) -> list[str]:
+    """Where the config's speedup curve falls to 1, tonight and in the stored baselines."""
+    load = judgement.get("load") or {}
+    name = judgement.get("config")
+    out = []
+    for key, when in (("crossover", "tonight"), ("baseline_crossover", "stored baselines")):
+        found = load.get(key)
+        if found:
+            out.append(f"{name}: crossover ({when}): {found['text']}")
+    return out
+
+
+def mermaid_chart(title: str, y_label: str, curves: Mapping[str, Sequence[float | None]],
+                  levels: Sequence[int]) -> list[str]:  # fmt: skip
+    """A Mermaid xy chart (GitHub renders it in Markdown) of one line per curve over
+    ``levels``; a missing point repeats none (the line is left out when any is missing)."""
+    lines = {k: v for k, v in curves.items() if v and all(x is not None for x in v)}
+    if not lines or not levels:
+        return []
+    values = [float(x) for v in lines.values() for x in v if x is not None]
+    top = max(values) * 1.1
+    out = ["```mermaid", "xychart-beta", f'    title "{title}"',
+           f"    x-axis \"clients\" [{', '.join(str(c) for c in levels)}]",
+           f'    y-axis "{y_label}" 0 --> {top:.3g}']  # fmt: skip
+    out += [f"    line [{', '.join(f'{float(x):.4g}' for x in v if x is not None)}]"
+            for v in lines.values()]  # fmt: skip
+    out.append("```")
+    legend = ", ".join(f"line {i + 1}: {name}" for i, name in enumerate(lines))
+    return [*out, f"_{legend}_"]
+
+
+def markdown_section(results: Mapping[str, Any]) -> list[str]:
+    """The Markdown report's load section: per config its levels, the level verdicts, the
+    crossovers, and the throughput and speedup curves as charts (empty without load levels)."""
+    from pytest_specdec.report.markdown import code, md, md_table
+
+    configs = [c for c in results.get("configs", []) if levels_of(c)]
+    if not configs:
+        return []
+    out = ["### Load levels", "",
+           "Closed-loop clients, each covering the workload once per round; per level the "
+           "geometric mean of the rounds' aggregate output tok/s ± its 95% CI (as a share), "
+           "decode tok/s (1 / TPOT) at the median and the slow 99th percentile, TTFT, accept "
+           "length from the engine's counters, and what the engine did (`queued`: requests "
+           "waited; `no graph`: batches outside CUDA graphs).", ""]  # fmt: skip
+    for c in configs:
+        name = str(c["name"])
+        out += [f"**{code(name)}** — {md(limits_line(name, c).split(': ', 1)[1])}", ""]
+        out += [md_table(LEVEL_HEADER, level_rows(c)), ""]
+        notes = [f"- {md(n)}" for n in level_notes(name, c)]
+        out += [*notes, ""] if notes else []
+    verdicts = [j for j in results.get("verdicts") or [] if j.get("load")]
+    rows = [row for j in verdicts for row in verdict_rows(j)]
+    if rows:
+        out += ["", "#### Level verdicts (Holm across every level of the run)", "",
+                md_table(VERDICT_HEADER, [[code(r[0]), *r[1:]] for r in rows], "lrlrrrrl"),
+                ""]  # fmt: skip
+    out += [f"- {md(line)}" for j in verdicts for line in crossover_lines(j)]
+    levels = sorted({lv for c in configs for lv in levels_of(c)})
+    curves = {str(c["name"]): _curve(c, levels) for c in configs}
+    out += ["", *mermaid_chart("Aggregate output tok/s", "tok/s", curves, levels)]
+    speedups = {str(j["config"]): _speedups(j, levels) for j in verdicts}
+    out += ["", *mermaid_chart("Speedup over the plain config", "x", speedups, levels)]
+    return [*out, ""]
+
+
+def _curve(config: Mapping[str, Any], levels: Sequence[int]) -> list[float | None]:
+    found = {lv.clients: lv.output_tok_per_s for lv in level_summaries(config)}
+    return [found.get(c) for c in levels]
+
+
+def _speedups(judgement: Mapping[str, Any], levels: Sequence[int]) -> list[float | None]:
+    """The speedup curve of a judgement's load part (tonight's crossover points)."""
+    points = ((judgement.get("load") or {}).get("crossover") or {}).get("points") or []
+    found = {int(p["clients"]): float(p["ratio"]) for p in points}
+    return [found.get(c) for c in levels]

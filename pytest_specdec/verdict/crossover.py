@@ -1,0 +1,144 @@
+"""Where speculation stops paying: the crossover of a speedup curve.
+
+A speedup curve is a speculative config's throughput over a plain config's at each load level,
+with a confidence interval per level. The crossover is the client count where the curve falls
+to 1. It is interpolated between the two levels around the first fall, linearly in log(clients)
+and log(speedup) (throughput ratios move by factors, and levels are spaced by factors too).
+The same interpolation over the curve of CI lower bounds and over the curve of upper bounds
+gives a band: the lower bounds reach 1 first, the upper bounds last. The band is made from
+pointwise intervals, so it is a guide to the uncertainty, not a simultaneous interval; a level
+between the measured ones is never claimed as measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from pytest_specdec.verdict.stats import Verdict
+
+
+class HasVerdict(Protocol):
+    clients: int
+    verdict: Verdict | None
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    clients: int
+    ratio: float
+    ci_low: float
+    ci_high: float
+
+    @property
+    def state(self) -> str:
+        """``pays`` (CI above 1), ``loses`` (CI below 1) or ``even`` (CI holds 1)."""
+        if self.ci_low > 1:
+            return "pays"
+        if self.ci_high < 1:
+            return "loses"
+        return "even"
+
+
+def first_fall(xs: Sequence[float], ys: Sequence[float]) -> tuple[str, float | None]:
+    """Where ``ys`` (log speedups, one per level ``xs``) first falls from above 0 to 0 or
+    below: ``("at", clients)`` interpolated in log(clients); ``("below", None)`` when it is at
+    or below 0 at the first level; ``("above", None)`` when it never falls."""
+    if not xs or len(xs) != len(ys):
+        raise ValueError(f"first_fall: need as many levels as values, got {len(xs)}, {len(ys)}")
+    if ys[0] <= 0:
+        return "below", None
+    for i in range(len(ys) - 1):
+        if ys[i] > 0 >= ys[i + 1]:
+            lx0, lx1 = math.log(xs[i]), math.log(xs[i + 1])
+            t = ys[i] / (ys[i] - ys[i + 1])
+            return "at", math.exp(lx0 + t * (lx1 - lx0))
+    return "above", None
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """A speedup curve against ``reference`` and where it falls to 1."""
+
+    reference: str
+    points: tuple[CurvePoint, ...]
+    where: str  # "at" (it falls to 1 between two levels), "above" (never), "below" (at once)
+    estimate: float | None
+    low: tuple[str, float | None]  # where the CI lower bounds fall to 1
+    high: tuple[str, float | None]  # where the CI upper bounds fall to 1
+
+    @property
+    def text(self) -> str:
+        xs = [p.clients for p in self.points]
+        first, last = xs[0], xs[-1]
+
+        def bound(found: tuple[str, float | None]) -> str:
+            kind, value = found
+            if kind == "at" and value is not None:
+                return f"{value:.1f}"
+            return f"≤ {first}" if kind == "below" else f"> {last}"
+
+        if self.where == "at" and self.estimate is not None:
+            head = (
+                f"stops paying at about {self.estimate:.1f} clients (band {bound(self.low)} to "
+                f"{bound(self.high)} from the levels' CIs)"
+            )
+        elif self.where == "above":
+            head = f"pays at every level measured ({first} to {last} clients)"
+            if self.low[0] != "above":
+                head += f"; its CI reaches 1 from {bound(self.low)} clients"
+        else:
+            head = f"does not pay at any level measured (from {first} client{'s' * (first > 1)})"
+        states: dict[str, list[str]] = {}
+        for p in self.points:
+            states.setdefault(p.state, []).append(str(p.clients))
+        detail = "; ".join(f"{k} at {', '.join(v)}" for k, v in states.items())
+        again = self._pays_again()
+        return f"{head} against {self.reference}: {detail}" + (
+            f"; pays again at {again}" if again else ""
+        )
+
+    def _pays_again(self) -> str | None:
+        """Levels above a losing level where the curve pays again (a curve that is not
+        monotone: worth a look)."""
+        seen_loss, again = False, []
+        for p in self.points:
+            seen_loss = seen_loss or p.state == "loses"
+            if seen_loss and p.state == "pays":
+                again.append(str(p.clients))
+        return ", ".join(again) or None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference,
+            "points": [{**asdict(p), "state": p.state} for p in self.points],
+            "where": self.where,
+            "estimate": self.estimate,
+            "low": {"where": self.low[0], "clients": self.low[1]},
+            "high": {"where": self.high[0], "clients": self.high[1]},
+            "text": self.text,
+        }
+
+
+def crossover_of(reference: str, levels: Sequence[HasVerdict]) -> Crossover | None:
+    """The crossover of the speedup curve that ``levels``' verdicts (ratio and CI against the
+    plain config ``reference``) make; None without a level that could be judged."""
+    points = sorted(
+        (CurvePoint(lv.clients, lv.verdict.ratio, lv.verdict.ci_low, lv.verdict.ci_high)
+         for lv in levels if lv.verdict is not None and lv.verdict.issue is None),
+        key=lambda p: p.clients,
+    )  # fmt: skip
+    if not points:
+        return None
+    xs = [float(p.clients) for p in points]
+
+    def fall(values: Sequence[float]) -> tuple[str, float | None]:
+        return first_fall(xs, [math.log(v) if v > 0 else -math.inf for v in values])
+
+    where, estimate = fall([p.ratio for p in points])
+    return Crossover(
+        reference, tuple(points), where, estimate,
+        low=fall([p.ci_low for p in points]), high=fall([p.ci_high for p in points]),
+    )  # fmt: skip

@@ -1,0 +1,264 @@
+"""Verdicts at load levels, and where speculation stops paying.
+
+Each load level of a config is judged as a prompt is: its rounds' aggregate output tok/s are
+its runs, server sessions are the unit, a prediction interval against a long enough stored
+history (the level's cells in the config's baseline), Welch otherwise (provisional); against
+``--specdec-reference``, A/B per level. Holm runs across every (config, level) verdict of a run.
+At each level the change is split into accept length and verify steps per second, as for the
+suite score (compare.attribute), so that a kernel that slows only large batches is told from a
+drafter that got worse.
+
+The *speedup curve* of a speculative config is its throughput over a plain config's (the
+reference, or a config without speculation measured in the same run) at each level, with its
+CI; the *crossover* is the client count where that curve falls to 1 (crossover.py).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pytest_specdec.core.configs import is_speculative
+from pytest_specdec.measure.levels import levels_of
+from pytest_specdec.verdict.baselines import Baseline
+from pytest_specdec.verdict.compare import attribute, history_verdict, session_verdict
+from pytest_specdec.verdict.crossover import Crossover, crossover_of
+from pytest_specdec.verdict.sessions import level_accept, level_sessions, round_errors
+from pytest_specdec.verdict.stats import Verdict, VerdictPolicy, adjust_verdicts
+
+JUDGED = "judged"
+NO_DATA = "no-data"
+UNJUDGEABLE = "unjudgeable"
+
+
+@dataclass
+class LevelJudgement:
+    """One load level of one config: the verdict on its aggregate output tok/s, the accept
+    length beside it and the cause, and what the engine did at that level."""
+
+    clients: int
+    verdict: Verdict | None
+    message: str
+    accept: dict[str, float | None] = field(default_factory=dict)  # new, reference, change
+    cause: str | None = None
+    cause_text: str | None = None
+
+    def explain(self) -> LevelJudgement:
+        if self.verdict is not None:
+            self.cause, self.cause_text = attribute(self.verdict, {"level": self.accept})
+            tail = f"; {self.cause_text}" if self.cause_text else ""
+            who = f"{self.clients} client{'s' * (self.clients != 1)}"
+            self.message = f"{who}: {self.verdict.explanation}{tail}"
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clients": self.clients,
+            "outcome": self.verdict.outcome.value if self.verdict else None,
+            "verdict": self.verdict.to_dict() if self.verdict else None,
+            "message": self.message,
+            "accept": self.accept,
+            "cause": self.cause,
+            "cause_text": self.cause_text,
+        }
+
+
+@dataclass
+class LoadJudgement:
+    """Every load level of one config, judged against one thing (its baseline or a reference),
+    with the speedup curve's crossover where a plain config was measured at those levels."""
+
+    status: str
+    message: str
+    against: str
+    levels: dict[int, LevelJudgement] = field(default_factory=dict)
+    crossover: Crossover | None = None  # tonight's speedup curve
+    baseline_crossover: Crossover | None = None  # the stored baselines' speedup curve
+    notes: list[str] = field(default_factory=list)
+
+    def verdicts(self) -> list[Verdict]:
+        return [lv.verdict for lv in self.levels.values() if lv.verdict is not None]
+
+    def outcomes(self) -> str:
+        """``REGRESSED at 16, 64; UNCHANGED at 1, 4``: the levels grouped by outcome."""
+        groups: dict[str, list[str]] = {}
+        for lv in self.levels.values():
+            if lv.verdict is not None:
+                tag = lv.verdict.outcome.value + (" (provisional)" * lv.verdict.provisional)
+                groups.setdefault(tag, []).append(str(lv.clients))
+        return "; ".join(f"{k} at {', '.join(v)}" for k, v in groups.items()) or self.status
+
+    def explain(self) -> LoadJudgement:
+        if self.status == JUDGED:
+            self.message = f"load levels against {self.against}: {self.outcomes()}"
+        return self
+
+    def paying_lost(self) -> list[str]:
+        """Levels where the stored baselines' curve paid (its CI above 1) and tonight's curve
+        loses (its CI below 1): speculation no longer pays there."""
+        if self.crossover is None or self.baseline_crossover is None:
+            return []
+        before = {p.clients: p for p in self.baseline_crossover.points}
+        return [
+            f"speculation no longer pays at {p.clients} clients: {p.ratio:.3f}x "
+            f"[{p.ci_low:.3f}, {p.ci_high:.3f}] of {self.crossover.reference} tonight, where the "
+            f"baseline paid {before[p.clients].ratio:.3f}x [{before[p.clients].ci_low:.3f}, "
+            f"{before[p.clients].ci_high:.3f}]"
+            for p in self.crossover.points
+            if p.state == "loses" and p.clients in before and before[p.clients].state == "pays"
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "message": self.message,
+            "against": self.against,
+            "levels": {str(k): v.to_dict() for k, v in self.levels.items()},
+            "crossover": self.crossover.to_dict() if self.crossover else None,
+            "baseline_crossover": (
+                self.baseline_crossover.to_dict() if self.baseline_crossover else None
+            ),
+            "notes": self.notes,
+        }
+
+
+def _accept_change(new: float | None, ref: float | None) -> dict[str, float | None]:
+    return {"new": new, "reference": ref, "change": new / ref - 1 if new and ref else None}
+
+
+def _empty(config: Mapping[str, Any], against: str) -> LoadJudgement | None:
+    """A judgement that ends before any test: nothing measured, or failed rounds."""
+    if not levels_of(config):
+        return LoadJudgement(NO_DATA, "no load levels measured", against)
+    errors = round_errors(config)
+    if errors:
+        return LoadJudgement(UNJUDGEABLE, "; ".join(errors), against)
+    return None
+
+
+def judge_load_history(
+    config: Mapping[str, Any], baseline: Baseline, policy: VerdictPolicy
+) -> LoadJudgement:
+    """Each level against the level's stored history in ``baseline``."""
+    against = f"baseline ({len(baseline.sessions)} sessions)"
+    out = _empty(config, against)
+    if out is not None:
+        return out
+    out = LoadJudgement(JUDGED, "", against)
+    for clients in levels_of(config):
+        history = baseline.level_history(clients)
+        new = level_sessions(config, clients)
+        if not history:
+            out.notes.append(f"{clients} clients: not in the baseline yet (no stored rounds)")
+            continue
+        if not new:
+            out.notes.append(f"{clients} clients: no usable round")
+            continue
+        raw = [v for s in baseline.level_sessions(clients) for v in s]
+        stored = [c.get("accept_length") for c in baseline.level_cells(clients)]
+        accepts = [float(a) for a in stored if a]
+        verdict = history_verdict(new, history, raw, policy)
+        accept = _accept_change(
+            level_accept(config, clients), statistics.fmean(accepts) if accepts else None
+        )
+        out.levels[clients] = LevelJudgement(clients, verdict, "", accept).explain()
+    if not out.levels:
+        out.status, out.message = NO_DATA, "; ".join(out.notes) or "no level to judge"
+        return out
+    return out.explain()
+
+
+def judge_load_reference(
+    config: Mapping[str, Any], reference: Mapping[str, Any], policy: VerdictPolicy
+) -> LoadJudgement:
+    """Each level A/B against the reference config's rounds at the same level; the levels'
+    ratios are the speedup curve, and its crossover is found."""
+    against = f"reference {reference.get('name')}"
+    out = _empty(config, against) or _empty(reference, against)
+    if out is not None:
+        return out
+    out = LoadJudgement(JUDGED, "", against)
+    out.levels = {
+        lv.clients: lv for lv in speedup_levels(config, reference, policy, out.notes)
+    }  # fmt: skip
+    if not out.levels:
+        out.status, out.message = NO_DATA, "no level measured by both configs"
+        return out
+    out.crossover = crossover_of(str(reference.get("name")), list(out.levels.values()))
+    return out.explain()
+
+
+def speedup_levels(
+    config: Mapping[str, Any], plain: Mapping[str, Any], policy: VerdictPolicy,
+    notes: list[str] | None = None,
+) -> list[LevelJudgement]:  # fmt: skip
+    """``config`` against ``plain`` at each level both measured (session verdicts)."""
+    out = []
+    for clients in levels_of(config):
+        new, ref = level_sessions(config, clients), level_sessions(plain, clients)
+        if not new or not ref:
+            if notes is not None:
+                notes.append(f"{clients} clients: not measured by both configs")
+            continue
+        if (
+            notes is not None
+            and (len(new) < 2 or len(ref) < 2)
+            and not any("provisional" in n for n in notes)
+        ):
+            notes.append("one server session per side at each level: the A/B is provisional")
+        accept = _accept_change(level_accept(config, clients), level_accept(plain, clients))
+        out.append(LevelJudgement(clients, session_verdict(new, ref, policy), "", accept).explain())
+    return out
+
+
+def stored_speedups(
+    config: Baseline, plain: Baseline, levels: Sequence[int], policy: VerdictPolicy
+) -> list[LevelJudgement]:
+    """The stored baselines' speedup curve: ``config``'s stored rounds over ``plain``'s."""
+    out = []
+    for clients in levels:
+        new, ref = config.level_sessions(clients), plain.level_sessions(clients)
+        if new and ref:
+            out.append(LevelJudgement(clients, session_verdict(new, ref, policy), ""))
+    return out
+
+
+def plain_config(results: Mapping[str, Any], config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The config of the run that ``config``'s speedup curve is taken against: the run's
+    reference, else the first config without speculation that measured load levels (None for
+    a config without speculation, or when there is none)."""
+    if not is_speculative(config.get("config") or {}):
+        return None
+    configs = [c for c in results.get("configs", []) if c.get("name") != config.get("name")]
+    reference = (results.get("options") or {}).get("reference")
+    for c in configs:
+        if c.get("name") == reference and levels_of(c):
+            return c  # type: ignore[no-any-return]
+    return next(
+        (c for c in configs if not is_speculative(c.get("config") or {}) and levels_of(c)), None
+    )
+
+
+def adjust_load(judgements: Sequence[LoadJudgement], policy: VerdictPolicy) -> None:
+    """Holm across every level verdict of the run (one family, whatever the config), in
+    place."""
+    levels = [lv for j in judgements for lv in j.levels.values() if lv.verdict is not None]
+    adjusted = adjust_verdicts([lv.verdict for lv in levels if lv.verdict], policy)
+    for lv, verdict in zip(levels, adjusted, strict=True):
+        lv.verdict = verdict
+        lv.explain()
+    for j in judgements:
+        j.explain()
+
+
+def with_level_alpha(policy: VerdictPolicy, levels: int) -> VerdictPolicy:
+    """The policy of one level verdict during the run: Bonferroni over the levels (stricter
+    than the Holm across them at the end of the run)."""
+    return replace(policy, alpha=policy.alpha / max(1, levels))
+
+
+def geometric_mean(values: Sequence[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None

@@ -1,0 +1,377 @@
+"""Load levels without an engine: rounds, level summaries, engine facts, the per-level verdicts,
+Holm across levels, the speedup curve's crossover, baseline cells and the suite file's keys."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_specdec.core.configs import ConfigError, is_speculative
+from pytest_specdec.core.results import RunRecord, finalize_timings
+from pytest_specdec.core.suitefile import load_suite_settings
+from pytest_specdec.core.values import rounds
+from pytest_specdec.engines.llamacpp import LlamaCppEngine
+from pytest_specdec.engines.sglang import SGLangEngine
+from pytest_specdec.measure.levels import (
+    LoadLimits,
+    client_order,
+    levels_of,
+    run_round,
+    summarize_level,
+    summarize_round,
+)
+from pytest_specdec.verdict.baselines import BaselineError, _check_document
+from pytest_specdec.verdict.crossover import crossover_of, first_fall
+from pytest_specdec.verdict.load import (
+    JUDGED,
+    UNJUDGEABLE,
+    LevelJudgement,
+    LoadJudgement,
+    adjust_load,
+    judge_load_history,
+    judge_load_reference,
+    plain_config,
+)
+from pytest_specdec.verdict.sessions import session_entries
+from pytest_specdec.verdict.stats import Outcome, VerdictPolicy, welch_log
+
+POLICY = VerdictPolicy()
+
+
+# --- rounds -------------------------------------------------------------------------------
+
+
+def test_each_client_covers_the_workload_from_its_own_prompt() -> None:
+    assert client_order(0, 3) == [0, 1, 2]
+    assert client_order(4, 3) == [1, 2, 0]
+    orders = [client_order(c, 5) for c in range(5)]
+    assert all(sorted(o) == list(range(5)) for o in orders)
+    assert {o[0] for o in orders} == set(range(5))  # the batch mixes the prompts
+
+
+def _record(client: int, index: int, tokens: int = 32, error: str | None = None) -> RunRecord:
+    rec = RunRecord(config="c", prompt=f"p{index}", run=1, phase="load",
+                    extra={"client": client})  # fmt: skip
+    if error:
+        rec.error = error
+        return rec
+    rec.output_tokens, rec.wall_s, rec.ttft_s, rec.verify_steps = tokens, 0.5, 0.1, tokens // 4
+    return finalize_timings(rec)
+
+
+def test_a_round_runs_every_client_as_a_closed_loop() -> None:
+    active, peak, sent = 0, 0, []
+
+    async def send(client: int, index: int) -> RunRecord:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        sent.append((client, index))
+        await asyncio.sleep(0.01)
+        active -= 1
+        return _record(client, index)
+
+    records, wall = asyncio.run(run_round(3, 2, send))
+    assert len(records) == 6 and sorted(sent) == [(c, i) for c in range(3) for i in range(2)]
+    assert peak == 3  # one request in flight per client, never more
+    assert wall > 0
+    with pytest.raises(ValueError, match="clients >= 1"):
+        asyncio.run(run_round(0, 2, send))
+
+
+def test_a_round_with_a_failed_request_has_errors_and_no_throughput() -> None:
+    records = [_record(0, 0), _record(1, 0, error="request timed out after 300 s")]
+    result = summarize_round(2, 1, 1, records, 1.0)
+    assert result.output_tok_per_s is None and not result.ok
+    assert result.failed == 1 and result.errors == ("client 1 p0: request timed out after 300 s",)
+    clean = summarize_round(2, 1, 1, [_record(0, 0), _record(1, 0)], 2.0)
+    assert clean.output_tok_per_s == pytest.approx(32.0) and clean.ok
+    # accept length from the requests when the engine keeps no counters, from counters first
+    assert clean.accept_length == pytest.approx(4.0) and clean.accept_source == "requests"
+    counted = summarize_round(2, 1, 1, [_record(0, 0)], 1.0, {"accept_length": 3.5,
+                                                               "verify_steps": 9.0})  # fmt: skip
+    assert counted.accept_length == 3.5 and counted.accept_source == "metrics-delta"
+    assert clean.decode_tok_per_s["p50"] == pytest.approx(1 / clean.tpot_s["p50"])  # type: ignore[operator]
+
+
+def test_a_level_summary_leaves_failed_and_invalid_rounds_out() -> None:
+    good = [summarize_round(2, n, 1, [_record(0, 0, 30 + n), _record(1, 0)], 1.0)
+            for n in range(1, 4)]  # fmt: skip
+    bad = summarize_round(2, 4, 1, [_record(0, 0, error="boom")], 1.0)
+    throttled = replace(good[0], round=5, invalid=("HW thermal slowdown",))
+    level = summarize_level([*good, bad, throttled])
+    assert level.rounds == 3 and level.failed_rounds == 2
+    expected = math.exp(np.mean([math.log(63), math.log(64), math.log(65)]))
+    assert level.output_tok_per_s == pytest.approx(expected)
+    assert level.ci_half is not None and level.ci_half > 0
+
+
+def test_load_limits_name_queueing_and_graphs() -> None:
+    sglang = SGLangEngine()
+    argv = ["python", "-m", "sglang.launch_server", "--max-running-requests", "32",
+            "--cuda-graph-max-bs-decode", "16"]  # fmt: skip
+    limits = sglang.load_limits(argv)
+    assert (limits.slots, limits.graph_max_batch) == (32, 16)
+    assert limits.notes(8) == []
+    assert limits.notes(64)[0].startswith("queued by its settings: 64 clients, 32 requests")
+    assert "outside CUDA graphs above batch 16 (--cuda-graph-max-bs-decode 16)" in limits.notes(32)
+    off = sglang.load_limits([*argv, "--disable-cuda-graph"])
+    assert off.graph_max_batch == 0 and "they are off" in off.notes(1)[0]
+    assert sglang.load_limits(["python", "--cuda-graph-max-bs=8"]).graph_max_batch == 8
+    llama = LlamaCppEngine().load_limits(["llama-server", "-np", "4", "-c", "8192"])
+    assert llama == LoadLimits(slots=4, slots_flag="-np")
+    assert LlamaCppEngine().load_limits(["llama-server"]).notes(64) == []  # the default: unknown
+
+
+SGLANG_LOG = """\
+[2026-12-03 10:00:01] Prefill batch, #new-seq: 8, #new-token: 400, #cached-token: 0, \
+token usage: 0.00, #running-req: 0, #queue-req: 0, cuda graph: False, input throughput \
+(token/s): 1000.00
+[2026-12-03 10:00:02] Decode batch, #running-req: 8, #token: 1100, token usage: 0.01, \
+accept len: 8.62, accept rate: 0.54, cuda graph: True, gen throughput (token/s): 1433.21, \
+#queue-req: 0
+[2026-12-03 10:00:03] Decode batch, #running-req: 64, #token: 9100, token usage: 0.05, \
+cuda graph: False, gen throughput (token/s): 3662.50, #queue-req: 3
+"""
+
+
+def test_sglang_log_facts_read_its_decode_lines() -> None:
+    facts = SGLangEngine().log_facts(SGLANG_LOG)
+    assert facts == {"decode_lines": 2, "outside_graphs": 1, "log_max_running": 64,
+                     "log_max_queued": 3, "log_gen_tok_per_s": 3662.5}  # fmt: skip
+    assert SGLangEngine().log_facts("nothing here") == {}
+    assert SGLangEngine().load_gauges({'sglang:num_queue_reqs{model_name="m"}': 2.0}) == {
+        "running": None, "queued": 2.0}  # fmt: skip
+
+
+# --- crossover --------------------------------------------------------------------------------
+
+
+def test_first_fall_interpolates_in_log_clients() -> None:
+    xs = [1.0, 4.0, 16.0, 64.0]
+    where, at = first_fall(xs, [math.log(1.4), math.log(1.2), math.log(0.9), math.log(0.8)])
+    assert where == "at" and at is not None
+    t = math.log(1.2) / (math.log(1.2) - math.log(0.9))
+    assert at == pytest.approx(math.exp(math.log(4) + t * (math.log(16) - math.log(4))))
+    assert first_fall(xs, [0.1, 0.2, 0.1, 0.05]) == ("above", None)
+    assert first_fall(xs, [-0.1, 0.2, 0.1, 0.05]) == ("below", None)
+    with pytest.raises(ValueError, match="as many levels"):
+        first_fall(xs, [0.1])
+
+
+def _level(clients: int, ratio: float, half: float = 0.02) -> LevelJudgement:
+    rng = np.random.default_rng(clients)
+    new = np.exp(math.log(100 * ratio) + rng.normal(0, half, 5))
+    ref = np.exp(math.log(100.0) + rng.normal(0, half, 5))
+    return LevelJudgement(clients, welch_log(new.tolist(), ref.tolist(), POLICY), "")
+
+
+def test_the_crossover_and_its_band_come_from_the_levels_cis() -> None:
+    found = crossover_of("baseline", [_level(c, r) for c, r in
+                                      ((1, 1.40), (4, 1.20), (16, 0.90), (64, 0.80))])  # fmt: skip
+    assert found is not None and found.where == "at"
+    assert found.estimate is not None and 4 < found.estimate < 16
+    low, high = found.low[1], found.high[1]
+    assert low is not None and high is not None and low <= found.estimate <= high
+    assert [p.state for p in found.points] == ["pays", "pays", "loses", "loses"]
+    assert found.text.startswith("stops paying at about ")
+    assert "against baseline: pays at 1, 4; loses at 16, 64" in found.text
+    always = crossover_of("baseline", [_level(1, 1.5), _level(8, 1.3)])
+    assert always is not None and always.where == "above"
+    assert always.text.startswith("pays at every level measured (1 to 8 clients)")
+    never = crossover_of("baseline", [_level(1, 0.7), _level(8, 0.6)])
+    assert never is not None and never.text.startswith("does not pay at any level measured")
+    bumpy = crossover_of("b", [_level(1, 1.3), _level(4, 0.8), _level(16, 1.3)])
+    assert bumpy is not None and bumpy.text.endswith("pays again at 16")
+    assert crossover_of("b", []) is None
+
+
+# --- verdicts per level -----------------------------------------------------------------------
+
+
+def _rounds(clients: int, values: list[float], session: int = 1,
+            accept: float | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    out = []
+    for n, v in enumerate(values, 1):
+        r = summarize_round(clients, n, session, [_record(0, 0)], 1.0).to_dict()
+        r.update(output_tok_per_s=v, accept_length=accept)
+        out.append(r)
+    return out
+
+
+def _config(name: str, levels: dict[int, list[float]], session: int = 1, accept: float | None = 4.0,
+            args: tuple[str, ...] = ("--spec-type", "draft-simple")) -> dict[str, Any]:  # fmt: skip
+    load = [r for c, v in levels.items() for r in _rounds(c, v, session, accept)]
+    return {"name": name, "engine": "llamacpp", "config": {"name": name, "args": list(args)},
+            "runs": [], "extra": {"load": load}, "models": {}}  # fmt: skip
+
+
+def _noisy(seed: int, level: float, n: int = 5, cv: float = 0.01) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return np.exp(math.log(level) + rng.normal(0, cv, n)).tolist()  # type: ignore[no-any-return]
+
+
+def _results(*configs: dict[str, Any], reference: str | None = None) -> dict[str, Any]:
+    return {"schema": 1, "started_at": "2026-12-03T00:00:00+00:00", "options": {
+        "reference": reference, "max_tokens": 16}, "workload": {"prompts": ["p0"], "sha256": "w"},
+        "host": {"cpu_model": "cpu", "cpu_count": 2}, "gpu": None, "configs": list(configs)}  # fmt: skip
+
+
+def _baseline_of(config: dict[str, Any], tmp_path: Path, sessions: int = 6) -> Any:
+    """A stored baseline of ``sessions`` sessions like ``config`` (drawn with other seeds)."""
+    from pytest_specdec.verdict.baselines import Baseline, key_for
+
+    doc = _results(config)
+    entries = []
+    for s in range(sessions):
+        levels = {c: _noisy(100 + 10 * s + c, 100.0 * (1 + c / 100)) for c in levels_of(config)}
+        entries += session_entries(_results(_config(config["name"], levels)), _config(
+            config["name"], levels))  # fmt: skip
+        entries[-1]["id"] = f"s{s}"
+    return Baseline(tmp_path / "b.json", key_for(doc, config), entries)
+
+
+def test_a_slowdown_under_load_only_is_regressed_where_it_hits(tmp_path: Path) -> None:
+    clean = _config("spec", {c: _noisy(c, 100.0 * (1 + c / 100)) for c in (1, 4, 16, 64)})
+    baseline = _baseline_of(clean, tmp_path)
+    hit = {c: _noisy(c + 7, 100.0 * (1 + c / 100) * (0.9 if c > 4 else 1.0)) for c in (1, 4, 16, 64)}
+    judged = judge_load_history(_config("spec", hit), baseline, POLICY)
+    adjust_load([judged], POLICY)
+    outcomes = {c: lv.verdict.outcome for c, lv in judged.levels.items() if lv.verdict}
+    assert outcomes[16] == outcomes[64] == Outcome.REGRESSED
+    assert outcomes[1] == Outcome.UNCHANGED
+    assert all(lv.verdict and lv.verdict.method == "prediction-interval"
+               for lv in judged.levels.values())  # fmt: skip
+    assert judged.levels[16].cause == "kernel" and "accept length unchanged" in str(
+        judged.levels[16].cause_text)  # fmt: skip
+    assert judged.outcomes().startswith("UNCHANGED at 1")
+    assert "REGRESSED at 16, 64" in judged.message
+
+
+def test_a_rerun_with_nothing_changed_is_flagged_at_no_level(tmp_path: Path) -> None:
+    clean = _config("spec", {c: _noisy(c, 100.0 * (1 + c / 100)) for c in (1, 4, 16, 64)})
+    baseline = _baseline_of(clean, tmp_path)
+    judged = judge_load_history(clean, baseline, POLICY)
+    adjust_load([judged], POLICY)
+    assert {lv.verdict.outcome for lv in judged.levels.values() if lv.verdict} <= {
+        Outcome.UNCHANGED, Outcome.INCONCLUSIVE}  # fmt: skip
+    assert all(lv.verdict and lv.verdict.mde <= 0.05 for lv in judged.levels.values())
+
+
+def test_failed_rounds_make_the_load_unjudgeable_and_refuse_the_baseline() -> None:
+    config = _config("spec", {4: [100.0, 101.0]})
+    config["extra"]["load"][1].update(output_tok_per_s=None, failed=1, errors=["client 0: boom"])
+    judged = judge_load_history(config, _baseline_of(_config("spec", {4: [1.0]}), Path("/tmp")),
+                                POLICY)  # fmt: skip
+    assert judged.status == UNJUDGEABLE and "1 of 1 requests failed: client 0: boom" in judged.message
+    with pytest.raises(BaselineError, match="1 failed load round"):
+        session_entries(_results(config), config)
+
+
+def test_ab_per_level_gives_the_speedup_curve_and_its_crossover() -> None:
+    plain = _config("baseline", {c: _noisy(c, 100.0 * c**0.9) for c in (1, 4, 16)}, args=(),
+                    accept=None)  # fmt: skip
+    spec = _config("spec", {1: _noisy(11, 140.0), 4: _noisy(12, 100.0 * 4**0.9 * 1.1),
+                            16: _noisy(13, 100.0 * 16**0.9 * 0.8)})  # fmt: skip
+    judged = judge_load_reference(spec, plain, POLICY)
+    assert judged.status == JUDGED and judged.crossover is not None
+    assert judged.crossover.where == "at" and 4 < (judged.crossover.estimate or 0) < 16
+    assert judged.levels[1].cause == "speculation"
+    assert "one server session per side" in judged.notes[0]
+    doc = _results(plain, spec)
+    assert plain_config(doc, spec) is plain and plain_config(doc, plain) is None
+
+
+def test_holm_runs_across_every_level_of_the_run() -> None:
+    judgements = [LoadJudgement(JUDGED, "", "x", {c: _level(c, 1.02, 0.03)}) for c in (1, 4, 16)]
+    raw = [j.levels[c].verdict.p_improve for j, c in zip(judgements, (1, 4, 16), strict=True)]  # type: ignore[union-attr]
+    adjust_load(judgements, POLICY)
+    adjusted = [j.levels[c].verdict.p_adjusted for j, c in zip(judgements, (1, 4, 16),
+                                                                 strict=True)]  # type: ignore[union-attr]  # fmt: skip
+    assert all(a is not None and a >= r for a, r in zip(adjusted, raw, strict=True))
+    assert min(a for a in adjusted if a is not None) == pytest.approx(min(1.0, 3 * min(raw)))
+
+
+def test_the_lost_crossover_gate_needs_a_decided_loss_where_the_baseline_paid() -> None:
+    tonight = crossover_of("b", [_level(1, 1.3), _level(16, 0.85)])
+    stored = crossover_of("b", [_level(1, 1.3), _level(16, 1.2)])
+    judged = LoadJudgement(JUDGED, "", "x", crossover=tonight, baseline_crossover=stored)
+    (line,) = judged.paying_lost()
+    assert line.startswith("speculation no longer pays at 16 clients: 0.8")
+    judged.crossover = crossover_of("b", [_level(1, 1.3), _level(16, 1.0, 0.05)])
+    assert judged.paying_lost() == []  # undecided tonight: reported, never failed
+
+
+# --- baselines, configs, suite file, options ------------------------------------------------
+
+
+def test_load_levels_are_cells_of_the_session_entry_and_checked_on_read() -> None:
+    config = _config("spec", {1: [10.0, 11.0], 8: [50.0, 52.0]})
+    (entry,) = session_entries(_results(config), config)
+    assert entry["suite"] is None and entry["prompts"] == {}
+    assert set(entry["levels"]) == {"1", "8"} and entry["levels"]["8"]["runs"] == [50.0, 52.0]
+    assert entry["levels"]["8"]["protocol"].startswith("closed-loop")
+    doc = {"schema": 1, "key": {}, "sessions": [{"prompts": {}, "levels": {"8": {"n": 2}}}]}
+    with pytest.raises(BaselineError, match=r"levels.8 lacks mean_log, sd_log, runs"):
+        _check_document(doc, Path("b.json"))
+    doc["sessions"][0]["levels"] = {"eight": {}}
+    with pytest.raises(BaselineError, match="'eight' is not a client count"):
+        _check_document(doc, Path("b.json"))
+
+
+def test_speculative_configs_are_told_by_their_speculation_flags() -> None:
+    assert not is_speculative({"args": ["-np", "4", "-c", "8192"]})
+    assert is_speculative({"args": ["--spec-type", "ngram-simple"]})
+    assert is_speculative({"args": ["--speculative-algorithm", "DFLASH"]})
+    assert is_speculative({"draft": "draft", "args": []})
+    assert is_speculative({"speculative_config": {"method": "ngram"}})
+
+
+def test_rounds_option_needs_two_or_more() -> None:
+    import argparse
+
+    assert rounds("3") == 3
+    for bad in ("1", "x", "-2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="rounds >= 2"):
+            rounds(bad)
+
+
+def test_suite_file_levels_rounds_and_extends(tmp_path: Path) -> None:
+    base = tmp_path / "base.toml"
+    base.write_text(
+        '[suite]\nengine = "llamacpp"\nworkload = "seed"\n'
+        '[models.llamacpp]\ntarget = "t.gguf"\ndrafts = { draft = "d.gguf" }\n'
+        '[engines.llamacpp]\nextra_args = ["-np", "1"]\nstartup_timeout_s = 99\n'
+        '[configs.mine]\nengine = "llamacpp"\nargs = ["--spec-type", "ngram-simple"]\n'
+    )
+    sub = tmp_path / "load" / "load.toml"
+    sub.parent.mkdir()
+    sub.write_text(
+        '[suite]\nextends = "../base.toml"\nconcurrency = [16, 1, 4]\nrounds = 3\n'
+        '[engines.llamacpp]\nextra_args = ["-np", "16"]\n'
+    )
+    suite = load_suite_settings(sub)
+    assert suite.concurrency == (1, 4, 16) and suite.rounds == 3
+    assert suite.files == (base, sub)
+    llama = suite.engine_settings("llamacpp")
+    assert llama.extra_args == ("-np", "16") and llama.startup_timeout_s == 99  # key by key
+    assert suite.models_for("llamacpp").target == str(tmp_path / "t.gguf")  # its own folder
+    for text, match in (
+        ('[suite]\nconcurrency = [0, 4]\n', r"concurrency = \[0, 4\]: give a list"),
+        ('[suite]\nrounds = 1\n', "rounds = 1: give a whole number >= 2"),
+        ('[suite]\nlevels = [1]\n', r"unknown key\(s\) \['levels'\]"),
+        ('[suite]\nextends = "nowhere.toml"\n', "extends = .*nowhere.toml.*no such file"),
+    ):
+        sub.write_text(text)
+        with pytest.raises(ConfigError, match=match):
+            load_suite_settings(sub)
+    sub.write_text('[suite]\nextends = "../base.toml"\n')
+    base.write_text('[suite]\nextends = "load/load.toml"\n')
+    with pytest.raises(ConfigError, match="extend each other in a circle"):
+        load_suite_settings(sub)

@@ -1,0 +1,164 @@
+"""Load levels on the real engine tier: a real llama-server with parallel slots (``-np``),
+booted by the plugin on the CPU, measured at several client counts in rounds, stored as
+baseline cells per level, judged per level on a rerun, and A/B against a plain config for the
+speedup curve's crossover. Outcomes never hinge on two measurements reading alike: the runs
+fail only on what is certain (errors, accept length, which is exact at temperature 0)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+CONFIGS = """
+[configs.np2]
+engine = "llamacpp"
+description = "No speculation, two parallel slots."
+args = ["-np", "2", "-c", "4096"]
+
+[configs.draft-np2]
+engine = "llamacpp"
+description = "The Q4_0 draft, 4 tokens a step, two parallel slots."
+draft = "draft"
+args = ["-np", "2", "-c", "4096", "--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
+"""
+# Few, short, fixed-length requests: every round does the same work, fast on two cores.
+SHORT = ("--specdec-max-tokens", "12", "--specdec-ignore-eos", "--specdec-rounds", "2",
+         "--specdec-workload", "two.jsonl", "-p", "no:cacheprovider")  # fmt: skip
+
+
+def _results(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def _by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in doc["configs"]}
+
+
+def test_levels_are_stored_per_level_then_each_judged_on_a_rerun(
+    two_prompt_project: pytest.Pytester,
+) -> None:
+    project = two_prompt_project
+    configs = project.makefile(".toml", load=CONFIGS)
+    first, second = project.path / "first.json", project.path / "second.json"
+    common = ("suites/test_concurrency.py", "--specdec-config-file", str(configs),
+              "--spec-config", "np2,draft-np2", "--specdec-concurrency", "1,2,4",
+              "--specdec-baseline-dir", "bl", *SHORT)  # fmt: skip
+    stored = project.runpytest_subprocess(
+        *common, "--specdec-update-baselines", "--specdec-results", str(first)
+    )
+    assert stored.ret == pytest.ExitCode.OK, stored.stdout.str()
+    doc = _by_name(_results(first))
+    for name in ("np2", "draft-np2"):
+        rounds = doc[name]["extra"]["load"]
+        assert sorted({(r["clients"], r["round"]) for r in rounds}) == [
+            (c, n) for c in (1, 2, 4) for n in (1, 2)]  # fmt: skip
+        for r in rounds:  # every client covered both prompts, each decoding exactly 12 tokens
+            assert r["requests"] == 2 * r["clients"] and r["failed"] == 0 and not r["errors"]
+            assert r["output_tokens"] == 12 * r["requests"]
+            assert r["output_tok_per_s"] == pytest.approx(r["output_tokens"] / r["wall_s"])
+            assert r["ttft_s"]["p50"] <= r["ttft_s"]["p99"]
+        loads = [x for x in doc[name]["runs"] if x["phase"] == "load"]
+        assert len(loads) == sum(r["requests"] for r in rounds) and all(
+            x["text"] is None for x in loads)  # fmt: skip
+        assert doc[name]["extra"]["cost"][0]["load_s"] > 0
+    spec = doc["draft-np2"]["extra"]["load"]
+    assert all(r["accept_length"] and r["accept_source"] == "metrics-delta" for r in spec)
+    assert all(r["accept_length"] is None for r in doc["np2"]["extra"]["load"])
+    stored.stdout.fnmatch_lines([
+        "np2: load levels: closed-loop clients*2 rounds per level; requests at once: 2 (-np)",
+        "clients*out tok/s*decode p50/p99*TTFT*accept*engine*",
+        "np2 at 4 clients: queued*",  # 4 clients, 2 slots: by the engine's count or its flags
+        "*draft-np2: crossover (tonight): * against np2: *",
+        "*np2: bl/*np2--*.json: 0 → 1 sessions; load levels 1, 2, 4 clients",
+    ])  # fmt: skip
+    baseline = next((project.path / "bl").rglob("draft-np2--*.json"))
+    (session,) = json.loads(baseline.read_text())["sessions"]
+    assert session["suite"] is None and set(session["levels"]) == {"1", "2", "4"}
+    assert session["levels"]["4"]["n"] == 2 and session["levels"]["4"]["accept_length"] > 1
+
+    # The rerun: every level judged against its stored cell (one stored session: provisional);
+    # the speedup curve against np2 tonight and in the stored baselines. Its exit status rests
+    # on accept length only, which greedy decoding repeats exactly.
+    rerun = project.runpytest_subprocess(
+        *common, "--specdec-results", str(second), "--specdec-fail-on", "accept-regressed"
+    )
+    assert rerun.ret == pytest.ExitCode.OK, rerun.stdout.str()
+    rerun.stdout.fnmatch_lines([
+        "load levels (aggregate output tok/s per level; Holm across every level of the run):",
+        "config*clients*verdict*ratio*p raw / Holm*MDE*",
+        "*draft-np2: crossover (stored baselines): *",
+    ])  # fmt: skip
+    verdicts = {v["config"]: v for v in _results(second)["verdicts"]}
+    assert set(verdicts) == {"np2", "draft-np2"}
+    for v in verdicts.values():
+        assert v["status"] == "load-only"
+        levels = v["load"]["levels"]
+        assert set(levels) == {"1", "2", "4"}
+        for lv in levels.values():
+            verdict = lv["verdict"]
+            assert verdict["outcome"] in ("REGRESSED", "IMPROVED", "UNCHANGED", "INCONCLUSIVE")
+            assert verdict["provisional"] and verdict["p_adjusted"] is not None
+            assert verdict["ci_low"] <= verdict["ratio"] <= verdict["ci_high"]
+    accept = verdicts["draft-np2"]["load"]["levels"]["4"]["accept"]
+    assert accept["new"] == pytest.approx(accept["reference"])  # greedy: the same steps
+    assert verdicts["draft-np2"]["load"]["crossover"]["reference"] == "np2"
+
+
+def test_ab_per_level_with_sessions_runs_every_level_in_every_session(
+    two_prompt_project: pytest.Pytester,
+) -> None:
+    project = two_prompt_project
+    configs = project.makefile(".toml", load=CONFIGS)
+    out = project.path / "ab.json"
+    result = project.runpytest_subprocess(
+        "suites/test_concurrency.py", "--specdec-config-file", str(configs),
+        "--spec-config", "np2,draft-np2", "--specdec-reference", "np2", "--specdec-sessions",
+        "2", "--specdec-concurrency", "1,2", "--specdec-results", str(out),
+        "--specdec-markdown", "report.md", "--specdec-fail-on", "accept-regressed", *SHORT,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    doc = _by_name(_results(out))
+    sessions = {(r["session"], r["clients"]) for r in doc["draft-np2"]["extra"]["load"]}
+    assert sessions == {(s, c) for s in (1, 2) for c in (1, 2)}  # each level in each session
+    (verdict,) = _results(out)["verdicts"]
+    assert verdict["load"]["against"] == "reference np2"
+    for lv in verdict["load"]["levels"].values():
+        assert lv["verdict"]["method"] == "welch" and not lv["verdict"]["provisional"]
+        assert lv["cause"] == "speculation"  # against plain decoding: tokens per step, step cost
+    result.assert_outcomes(passed=4 + 4 + 1, skipped=1)  # 2 configs x 2 levels x 2 sessions
+    report = (project.path / "report.md").read_text()
+    assert "### Load levels" in report and "xychart-beta" in report
+    assert "Speedup over the plain config" in report and "`draft-np2`" in report
+
+
+def test_a_round_whose_requests_fail_is_an_error_never_a_number(
+    two_prompt_project: pytest.Pytester,
+) -> None:
+    """Requests cut off by a request timeout far below a 64-token decode on any CPU: the
+    round records the errors and no throughput, the level's test fails, its verdict cannot be
+    made, and the baseline refuses the session."""
+    project = two_prompt_project
+    configs = project.makefile(".toml", load=CONFIGS)
+    out = project.path / "r.json"
+    result = project.runpytest_subprocess(
+        "suites/test_concurrency.py", "--specdec-config-file", str(configs),
+        "--spec-config", "np2", "--specdec-concurrency", "2", "--specdec-no-warmup",
+        "--specdec-request-timeout", "0.02", "--specdec-max-tokens", "64", "--specdec-ignore-eos",
+        "--specdec-rounds", "2", "--specdec-workload", "two.jsonl", "--specdec-results", str(out),
+        "--specdec-update-baselines", "--specdec-baseline-dir", "bl", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*round 1: client * request timed out after 0 s*",
+        "*np2: NOT UPDATED: np2: not added to the baseline: 0 failed run(s) and 2 failed load "
+        "round(s)*",
+    ])  # fmt: skip
+    rounds = _results(out)["configs"][0]["extra"]["load"]
+    assert len(rounds) == 2
+    assert all(r["output_tok_per_s"] is None and r["failed"] == 4 for r in rounds)
+    assert not (project.path / "bl").exists() or not list((project.path / "bl").rglob("*.json"))
