@@ -551,26 +551,3 @@ def test_lossless_identical_and_divergent(
     assert cost["total_s"] >= cost["start_s"] > 0
     result.stdout.fnmatch_lines(["reference-llamacpp: machine time * min over 1 server session*"])
     assert engines_started_here(str(models["target"])) == []
-
-
-def test_concurrency_sweep_three_levels(
-    suite_project: pytest.Pytester, models: dict[str, Path]
-) -> None:
-    slots = suite_project.makefile(
-        ".toml", slots='[configs.np4]\nengine = "llamacpp"\nargs = ["-np", "4", "-c", "8192"]\n'
-    )
-    out = suite_project.path / "r.json"
-    result = suite_project.runpytest_subprocess(
-        "suites/test_concurrency.py", "--specdec-config-file", str(slots), "--spec-config", "np4",
-        "--specdec-concurrency", "1,2,4", "--specdec-no-warmup", "--specdec-results", str(out),
-        *FAST,
-    )  # fmt: skip
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines(
-        ["*concurrency sweep (engine parallel slots: 4)*", "clients*out tok/s*"]
-    )
-    sweep = _results(out)["configs"][0]["extra"]["concurrency"]
-    assert [lv["level"] for lv in sweep] == [1, 2, 4]
-    assert all(lv["failed"] == 0 and lv["output_tok_per_s"] > 0 for lv in sweep)
-    assert all(lv["ttft_s"]["p50"] <= lv["ttft_s"]["p99"] for lv in sweep)
-    assert sweep[-1]["requests"] == 8 and sweep[-1]["parallel_slots"] == 4
