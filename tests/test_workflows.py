@@ -127,6 +127,26 @@ def test_the_script_check_sees_an_expression() -> None:
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_checkouts_keep_no_credentials(path: Path) -> None:
+    """actions/checkout leaves the job's token in the repository's git config unless told not
+    to, where anything that reads the workspace can take it (an uploaded results folder, a
+    pip-installed build step). No step here pushes with it: update-baselines.yml's
+    create-pull-request sets its own token for its push."""
+    found = [
+        (job_id, index, step)
+        for job_id, index, step in steps(load(path))
+        if str(step.get("uses", "")).startswith("actions/checkout@")
+    ]
+    assert found, f"{path.name}: no checkout"
+    for job_id, index, step in found:
+        persist = (step.get("with") or {}).get("persist-credentials")
+        assert persist is False, (
+            f"{path.name}: job {job_id}, step {index + 1}: persist-credentials is {persist!r}; "
+            "set it to false"
+        )
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
 def test_plugin_flags_exist(path: Path) -> None:
     used = {
         flag
