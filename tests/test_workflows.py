@@ -126,6 +126,59 @@ def test_the_script_check_sees_an_expression() -> None:
     assert expressions_in_scripts(good) == []
 
 
+# `uses: owner/action@<commit> # vX.Y.Z`: a tag can be moved to other code, a commit cannot;
+# the comment names the release the commit is (YAML drops comments, so the text is read).
+USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<rest>.*)$")
+PINNED = re.compile(r"(?P<action>[\w.-]+/[\w./-]+)@(?P<sha>[0-9a-f]{40})")
+VERSION_COMMENT = re.compile(r"\s+# (?P<version>v\d+\.\d+\.\d+)")
+
+
+def action_refs(text: str) -> Iterator[tuple[int, str, str]]:
+    """(line number, reference, what follows it) for every ``uses:`` line."""
+    for number, line in enumerate(text.splitlines(), 1):
+        found = USES.match(line)
+        if found:
+            yield number, found["ref"].strip("'\""), found["rest"]
+
+
+def unpinned(text: str) -> list[str]:
+    """Every ``uses:`` that is not a full commit SHA followed by its release's version."""
+    return [
+        f"line {number}: {ref}{rest}"
+        for number, ref, rest in action_refs(text)
+        if not PINNED.fullmatch(ref) or not VERSION_COMMENT.fullmatch(rest)
+    ]
+
+
+def test_the_pin_check_sees_a_tag() -> None:
+    sha = "3d3c42e5aac5ba805825da76410c181273ba90b1"
+    text = (
+        f"      - uses: actions/checkout@{sha} # v7.0.1\n"
+        "      - uses: actions/checkout@v7\n"
+        f"        uses: actions/cache@{sha}\n"
+        f"        uses: actions/cache@{sha[:12]} # v5.0.5\n"
+    )
+    assert [found.split(":")[0] for found in unpinned(text)] == ["line 2", "line 3", "line 4"]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_actions_are_pinned_to_a_commit(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert list(action_refs(text)), f"{path.name}: no uses: line"
+    bad = unpinned(text)
+    assert not bad, f"{path.name}: pin each action to a commit SHA # vX.Y.Z: {bad}"
+
+
+def test_one_release_of_each_action() -> None:
+    """Every workflow runs the same commit of an action, and one commit is one version."""
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for path in WORKFLOWS:
+        for _, ref, rest in action_refs(path.read_text(encoding="utf-8")):
+            action, _, sha = ref.partition("@")
+            seen.setdefault(action, set()).add((sha, rest.strip()))
+    assert {action: len(pins) for action, pins in seen.items() if len(pins) > 1} == {}, seen
+
+
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
 def test_checkouts_keep_no_credentials(path: Path) -> None:
     """actions/checkout leaves the job's token in the repository's git config unless told not
