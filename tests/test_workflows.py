@@ -387,6 +387,40 @@ def test_least_privilege(path: Path) -> None:
     )
 
 
+# The steps given the HF_TOKEN secret: those that run the engine (its flag lint, the suite,
+# the bisect), never the dependency installs or the third-party actions beside them.
+SECRET_STEPS = {
+    "nightly-gpu.yml": [
+        ("benchmark", "Lint the config against the installed engine"),
+        ("benchmark", "Benchmark against the baseline"),
+        ("bisect", "Bisect between the last good night's engine and tonight's"),
+    ],
+    "update-baselines.yml": [
+        ("measure", "Lint the configs against the installed engine"),
+        ("measure", "Measure and append to the baselines"),
+    ],
+}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_secrets_reach_only_the_steps_that_use_them(path: Path) -> None:
+    """A secret in a workflow's or a job's env: is in every step's environment; on a GPU
+    runner that holds models and tokens, HF_TOKEN goes to the steps that run the engine."""
+    doc = load(path)
+    shared = [("workflow", doc.get("env") or {})]
+    shared += [(f"job {j}", job.get("env") or {}) for j, job in doc["jobs"].items()]
+    leaks = [
+        f"{where} {key}" for where, env in shared for key, v in env.items() if "secrets." in str(v)
+    ]
+    assert not leaks, f"{path.name}: a secret in a shared env: {leaks}; give it to the step"
+    given = [
+        (job_id, step.get("name"))
+        for job_id, _, step in steps(doc)
+        if any("secrets." in str(v) for v in (step.get("env") or {}).values())
+    ]
+    assert given == SECRET_STEPS.get(path.name, []), f"{path.name}: secrets given to {given}"
+
+
 def _default(script: Path, name: str) -> str:
     pattern = "^" + name + r'="(?:\$\{' + name + r':-)?([^"}]+)\}?"$'
     found = re.search(pattern, script.read_text(encoding="utf-8"), re.M)
