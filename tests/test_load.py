@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -218,9 +219,12 @@ def _noisy(seed: int, level: float, n: int = 5, cv: float = 0.01) -> list[float]
 
 
 def _results(*configs: dict[str, Any], reference: str | None = None) -> dict[str, Any]:
-    return {"schema": 1, "started_at": "2026-12-03T00:00:00+00:00", "options": {
-        "reference": reference, "max_tokens": 16}, "workload": {"prompts": ["p0"], "sha256": "w"},
-        "host": {"cpu_model": "cpu", "cpu_count": 2}, "gpu": None, "configs": list(configs)}  # fmt: skip
+    return {
+        "schema": 1, "started_at": "2026-12-03T00:00:00+00:00",
+        "options": {"reference": reference, "max_tokens": 16},
+        "workload": {"prompts": ["p0"], "sha256": "w"},
+        "host": {"cpu_model": "cpu", "cpu_count": 2}, "gpu": None, "configs": list(configs),
+    }  # fmt: skip
 
 
 def _baseline_of(config: dict[str, Any], tmp_path: Path, sessions: int = 6) -> Any:
@@ -240,7 +244,8 @@ def _baseline_of(config: dict[str, Any], tmp_path: Path, sessions: int = 6) -> A
 def test_a_slowdown_under_load_only_is_regressed_where_it_hits(tmp_path: Path) -> None:
     clean = _config("spec", {c: _noisy(c, 100.0 * (1 + c / 100)) for c in (1, 4, 16, 64)})
     baseline = _baseline_of(clean, tmp_path)
-    hit = {c: _noisy(c + 7, 100.0 * (1 + c / 100) * (0.9 if c > 4 else 1.0)) for c in (1, 4, 16, 64)}
+    hit = {c: _noisy(c + 7, 100.0 * (1 + c / 100) * (0.9 if c > 4 else 1.0))
+           for c in (1, 4, 16, 64)}  # fmt: skip
     judged = judge_load_history(_config("spec", hit), baseline, POLICY)
     adjust_load([judged], POLICY)
     outcomes = {c: lv.verdict.outcome for c, lv in judged.levels.items() if lv.verdict}
@@ -269,7 +274,8 @@ def test_failed_rounds_make_the_load_unjudgeable_and_refuse_the_baseline() -> No
     config["extra"]["load"][1].update(output_tok_per_s=None, failed=1, errors=["client 0: boom"])
     judged = judge_load_history(config, _baseline_of(_config("spec", {4: [1.0]}), Path("/tmp")),
                                 POLICY)  # fmt: skip
-    assert judged.status == UNJUDGEABLE and "1 of 1 requests failed: client 0: boom" in judged.message
+    assert judged.status == UNJUDGEABLE
+    assert "1 of 1 requests failed: client 0: boom" in judged.message
     with pytest.raises(BaselineError, match="1 failed load round"):
         session_entries(_results(config), config)
 
@@ -363,9 +369,9 @@ def test_suite_file_levels_rounds_and_extends(tmp_path: Path) -> None:
     assert llama.extra_args == ("-np", "16") and llama.startup_timeout_s == 99  # key by key
     assert suite.models_for("llamacpp").target == str(tmp_path / "t.gguf")  # its own folder
     for text, match in (
-        ('[suite]\nconcurrency = [0, 4]\n', r"concurrency = \[0, 4\]: give a list"),
-        ('[suite]\nrounds = 1\n', "rounds = 1: give a whole number >= 2"),
-        ('[suite]\nlevels = [1]\n', r"unknown key\(s\) \['levels'\]"),
+        ("[suite]\nconcurrency = [0, 4]\n", r"concurrency = \[0, 4\]: give a list"),
+        ("[suite]\nrounds = 1\n", "rounds = 1: give a whole number >= 2"),
+        ("[suite]\nlevels = [1]\n", r"unknown key\(s\) \['levels'\]"),
         ('[suite]\nextends = "nowhere.toml"\n', "extends = .*nowhere.toml.*no such file"),
     ):
         sub.write_text(text)
@@ -375,3 +381,33 @@ def test_suite_file_levels_rounds_and_extends(tmp_path: Path) -> None:
     base.write_text('[suite]\nextends = "load/load.toml"\n')
     with pytest.raises(ConfigError, match="extend each other in a circle"):
         load_suite_settings(sub)
+
+
+# --- the level family under simulation (bench/load_calibration.py has the full table) ---------
+
+
+def _calibration() -> Any:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import load_calibration  # bench/load_calibration.py
+
+    return load_calibration
+
+
+def test_holm_across_sixteen_levels_keeps_false_alarm_nights_rare_and_finds_a_load_drop() -> None:
+    """4 configs x 4 levels a night, 4 rounds a level, ten stored sessions, within 1% and
+    between 1% per level plus 1% shared by a boot's levels (fixed seeds)."""
+    cal = _calibration()
+    sc = cal.Scenario(k=10, within=0.01, between=0.01, shared=0.01)
+    null = cal.rates(sc, 150, seed=21)
+    drop = cal.rates(cal.Scenario(**{**sc.__dict__, "drop": 0.10}), 100, seed=22)
+    assert null.false_alarm_nights <= 0.04, null
+    assert drop.power >= 0.85, drop  # the levels it hits (16, 64)
+    assert null.mde <= 0.07, null
+
+
+def test_a_one_session_baseline_alarms_when_boots_differ() -> None:
+    """Why a level's baseline wants several sessions: against one stored session (a provisional
+    Welch on rounds), a 2% boot-to-boot spread flags most nights."""
+    cal = _calibration()
+    spread = cal.rates(cal.Scenario(k=1, within=0.01, between=0.02), 60, seed=23)
+    assert spread.false_alarm_nights >= 0.4, spread
