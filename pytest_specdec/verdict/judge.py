@@ -268,24 +268,25 @@ def judge_baseline(
     baseline = _comparable_baseline(judgement, results, config, root, allow_mismatch)
     if levels_of(config):
         judgement.load = _load_against_baseline(
-            results, config, baseline, root, load_policy or policy
+            results, config, baseline, root, load_policy or policy, judgement.message
         )
-    if baseline is None:
-        return judgement
-    if not config_measured(config):
+    if not config_measured(config) and judgement.status != MISMATCH:
         judgement.status, judgement.message = LOAD_ONLY, LOAD_ONLY_MESSAGE
+        return judgement
+    if baseline is None:
         return judgement
     return _prompts_baseline(judgement, results, config, baseline, policy)
 
 
 def _load_against_baseline(
     results: Mapping[str, Any], config: Mapping[str, Any], baseline: Baseline | None,
-    root: Path, policy: VerdictPolicy,
+    root: Path, policy: VerdictPolicy, why: str = "",
 ) -> LoadJudgement:  # fmt: skip
-    """The load levels against their stored history (when there is one), and tonight's speedup
-    curve against a plain config of the same run beside the stored one."""
+    """The load levels against their stored history (when there is one; ``why``: what the
+    baseline lookup said), and tonight's speedup curve against a plain config of the same run
+    beside the stored one."""
     if baseline is None:
-        load = LoadJudgement(NO_BASELINE, "no baseline to judge the load levels against", "")
+        load = LoadJudgement(NO_BASELINE, why or "no baseline to judge the load levels against", "")
     else:
         load = judge_load_history(config, baseline, policy)
     plain = plain_config(results, config)
