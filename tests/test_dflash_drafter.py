@@ -9,6 +9,7 @@ as transformers parses it, the sidecar's curves, and the server's way of draftin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import subprocess
@@ -123,6 +124,23 @@ def test_the_walk_drafts_where_the_server_would_and_counts_its_verify_steps() ->
                                                      pytest.approx(2 / 7, abs=1e-4)]  # fmt: skip
 
 
+def test_a_gpu_trains_under_bfloat16_autocast_and_a_cpu_in_float32() -> None:
+    """The GPU recipe autocasts to bfloat16; a CPU computes in float32, whatever its model:
+    without native bfloat16 (AVX512-BF16, AMX) bfloat16 runs torch's reference GEMM there."""
+
+    class Torch:  # records what the drafter's forward passes would run under
+        bfloat16 = "torch.bfloat16"
+
+        @staticmethod
+        def autocast(device_type: str, dtype: str) -> tuple[str, str]:
+            return device_type, dtype
+
+    assert dflash_drafter.compute_dtype("cuda") == "bfloat16"
+    assert dflash_drafter.autocast(Torch, "cuda") == ("cuda", "torch.bfloat16")
+    assert dflash_drafter.compute_dtype("cpu") == "float32"
+    assert isinstance(dflash_drafter.autocast(Torch, "cpu"), contextlib.nullcontext)
+
+
 def test_cli_refuses_layer_ids_that_are_not_numbers(tmp_path: Path) -> None:
     cli = [sys.executable, str(SCRIPT), "--target", str(tmp_path), "--target-layer-ids", "1,x"]
     done = subprocess.run(cli, capture_output=True, text=True, check=False)
@@ -181,6 +199,7 @@ def test_training_lowers_the_loss_and_records_accept_length_by_step(
     _, sidecar, _ = trained
     training = sidecar["training"]
     assert training["steps_done"] == 40 and not training["stopped_early"]
+    assert training["compute_dtype"] == "float32"  # on a CPU: no bfloat16 autocast
     losses = [loss for _, loss in training["loss"]]
     assert losses[-1] < losses[0]
     steps = [step for step, _ in training["accept_length"]]
