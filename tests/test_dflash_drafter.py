@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,11 @@ TINY = ["--prompts", "10", "--gen-tokens", "20", "--gen-batch", "5", "--layers",
         "--ffn", "96", "--steps", "40", "--batch", "4", "--anchors", "4", "--eval-every", "20",
         "--eval-sequences", "3", "--warmup", "5", "--lr", "3e-3",
         "--target-layer-ids", "3,15,27"]  # fmt: skip
+# The training and bench subprocesses run torch on one thread: on a machine that another
+# process loads, a parallel region's second thread waits for a core that process holds (the
+# tests' training on a loaded 2-core machine: 210 s with two threads, 117 s with one), and
+# what they compute does not depend on the core count.
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def test_prompts_are_repeatable_of_every_kind_and_never_the_suites() -> None:
@@ -155,7 +161,8 @@ def test_cli_refuses_a_target_without_config(tmp_path: Path) -> None:
 
 def _train(python: str, target: Path, out: Path) -> subprocess.CompletedProcess[str]:
     cli = [python, str(SCRIPT), "--target", str(target), "--out", str(out), "--device", "cpu"]
-    return subprocess.run(cli + TINY, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(cli + TINY, capture_output=True, text=True, timeout=600, check=False,
+                          env=ONE_THREAD)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +278,8 @@ def test_the_bench_drafts_the_servers_way_in_float16(
     bench = REPO / "bench" / "dflash_served_way.py"
     cli = [python, str(bench), "--target", str(smollm2_hf), "--drafter", str(folder),
            "--tokens", "24"]  # fmt: skip
-    done = subprocess.run(cli, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=600, check=False,
+                          env=ONE_THREAD)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("seed prompts (5, 24 tokens each)")
