@@ -273,8 +273,9 @@ class SpecdecPlugin:
 
     def pytest_report_header(self) -> list[str]:
         """How the run resolved what it was asked for (e.g. a config only another engine
-        has)."""
-        return [f"specdec: {note}" for note in self.state.notes]
+        has), and the engine adapters that failed to import, which it does not use (the
+        terminal summary repeats those: the header is not shown with -q)."""
+        return [f"specdec: {note}" for note in self.state.notes + self.state.broken_adapters]
 
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]

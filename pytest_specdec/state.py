@@ -94,13 +94,15 @@ class SpecdecState:
         workerinput = getattr(config, "workerinput", None)
         self.worker_id: str | None = workerinput["workerid"] if workerinput else None
         self.n_workers: int = int(workerinput["workercount"]) if workerinput else 1
-        self._check_adapters(engine)
+        broken = self._check_adapters(engine)
+        # shown once, by the process that prints (not per xdist worker)
+        self.broken_adapters: list[str] = broken if self.worker_id is None else []
         self.results_path: Path = getopt("--specdec-results")
         self.gpu_settings = _gpu_settings(getopt)
         if getopt("--specdec-chart") is not None:
             _check_charts()
         self.settings = self._run_settings(getopt, root, engine, names)
-        self.summary_lines: list[str] = []
+        self.summary_lines: list[str] = [f"note: {line}" for line in self.broken_adapters]
         self._runner: Runner | None = None
         self.merged: dict[str, Any] | None = None  # the xdist controller's merged results
         self.workers = WorkerLedger()  # the xdist controller's account of its workers
@@ -150,17 +152,19 @@ class SpecdecState:
         self.workload = load_workload(getopt("--specdec-workload") or self.suite.workload)
         return engine, names
 
-    def _check_adapters(self, engine: str) -> None:
-        """Engine adapters that failed to import: a usage error where this run uses one, a
-        warning (once, not per xdist worker) for the others."""
+    def _check_adapters(self, engine: str) -> list[str]:
+        """Engine adapters that failed to import: a usage error where this run uses one; the
+        others, named with their distribution, error and fix, are returned for the report
+        header and the terminal summary. Not a warning: a project whose ini escalates warnings
+        (``filterwarnings = error``) would otherwise die on a distribution it does not use."""
         errors = ENGINE_TABLE.load_errors()
         used = sorted({engine, *(c.engine for c in self.configs)} & errors.keys())
         if used:
             raise pytest.UsageError("\n".join(errors[name] for name in used))
-        if self.worker_id is None:
-            for name, error in sorted(errors.items()):
-                warning = f"{error} (this run does not use engine {name!r} and goes on)"
-                self.config.issue_config_time_warning(pytest.PytestConfigWarning(warning), 2)
+        return [
+            f"{error} (this run does not use engine {name!r} and goes on)"
+            for name, error in sorted(errors.items())
+        ]
 
     def _run_settings(self, getopt: Any, root: Path, engine: str, names: list[str]) -> RunSettings:
         """The flags as :class:`RunSettings`; each xdist worker writes its own results file

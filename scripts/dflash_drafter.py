@@ -42,13 +42,15 @@ A final check recomputes some anchors the way the server does (context keys and 
 then the block on its own) and records how far the two paths differ.
 
 Output beside the target: ``NAME.dflash-b16-distilled-seed1.hf/`` (``config.json``,
-``model.safetensors`` in float16, ``specdec-model.json``: recipe, seed, steps, loss, accept
-length by step, timings and sha256). A folder whose recipe matches is kept as it is.
+``model.safetensors`` in float16, ``specdec-model.json``: recipe, seed, steps, the compute
+dtype (bfloat16 autocast on a GPU, float32 on a CPU), loss, accept length by step, timings and
+sha256). A folder whose recipe matches is kept as it is.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -400,6 +402,23 @@ class Recipe:
 # --- the drafter, in plain torch ------------------------------------------------------------
 
 
+def compute_dtype(device_type: str) -> str:
+    """The dtype the drafter's forward passes compute in, in training and evaluation (the
+    weights and the optimizer are float32 either way): bfloat16 autocast on a GPU, the
+    recipe's; float32 on a CPU, where bfloat16 is fast only with native support (AVX512-BF16,
+    AMX) and otherwise falls back to torch's reference GEMM (the tests' 40-step recipe trained
+    in 1082 s there on a 2-core AMD EPYC without it, in 98 s in float32: docs/dflash-drafter.md).
+    Recorded in the sidecar (``training.compute_dtype``)."""
+    return "float32" if device_type == "cpu" else "bfloat16"
+
+
+def autocast(torch: Any, device_type: str) -> Any:
+    """The context the drafter's forward passes run in on ``device_type`` (``compute_dtype``)."""
+    if compute_dtype(device_type) == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=torch.bfloat16)
+
+
 def build_modules(torch: Any) -> Any:
     """The drafter's modules (torch is imported by the caller: the module imports without it)."""
     nn, F = torch.nn, torch.nn.functional
@@ -692,7 +711,7 @@ def anchor_runs(
             chunk = rows[i : i + 4]
             anchors = data.prompt_lengths[chunk][:, None] + at[None]
             inputs = block_inputs(torch, data, chunk, anchors, recipe, embed)
-            with torch.autocast(data.tokens.device.type, dtype=torch.bfloat16):
+            with autocast(torch, data.tokens.device.type):
                 logits = draft_logits(drafter, data, chunk, inputs, head)
             hit = (logits.argmax(-1) == inputs[3]) & (inputs[4] > 0)
             runs.append(hit.long().cumprod(-1).sum(-1))  # 1 while every earlier one was accepted
@@ -814,7 +833,7 @@ def train(
         rows = torch.randint(0, train_rows, (recipe.batch,), generator=gen, device=device)
         anchors = sample_anchors(torch, data, rows, recipe.anchors, gen)
         inputs = block_inputs(torch, data, rows, anchors, recipe, embed)
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with autocast(torch, device.type):
             logits = draft_logits(drafter, data, rows, inputs, head)
         ce = torch.nn.functional.cross_entropy(
             logits.float().flatten(0, 2), inputs[3].flatten(), reduction="none"
@@ -843,6 +862,7 @@ def train(
         "workload_accept_length": workload_curve, "final_workload": kept["final_workload"],
     }  # fmt: skip
     return {
+        "compute_dtype": compute_dtype(device.type),
         "steps_done": steps_done,
         "stopped_early": stopped_early,
         "seconds": round(time.monotonic() - start, 1),

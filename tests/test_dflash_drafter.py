@@ -9,8 +9,10 @@ as transformers parses it, the sidecar's curves, and the server's way of draftin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +31,11 @@ TINY = ["--prompts", "10", "--gen-tokens", "20", "--gen-batch", "5", "--layers",
         "--ffn", "96", "--steps", "40", "--batch", "4", "--anchors", "4", "--eval-every", "20",
         "--eval-sequences", "3", "--warmup", "5", "--lr", "3e-3",
         "--target-layer-ids", "3,15,27"]  # fmt: skip
+# The training and bench subprocesses run torch on one thread: on a machine that another
+# process loads, a parallel region's second thread waits for a core that process holds (the
+# tests' training on a loaded 2-core machine: 210 s with two threads, 117 s with one), and
+# what they compute does not depend on the core count.
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def test_prompts_are_repeatable_of_every_kind_and_never_the_suites() -> None:
@@ -123,6 +130,23 @@ def test_the_walk_drafts_where_the_server_would_and_counts_its_verify_steps() ->
                                                      pytest.approx(2 / 7, abs=1e-4)]  # fmt: skip
 
 
+def test_a_gpu_trains_under_bfloat16_autocast_and_a_cpu_in_float32() -> None:
+    """The GPU recipe autocasts to bfloat16; a CPU computes in float32, whatever its model:
+    without native bfloat16 (AVX512-BF16, AMX) bfloat16 runs torch's reference GEMM there."""
+
+    class Torch:  # records what the drafter's forward passes would run under
+        bfloat16 = "torch.bfloat16"
+
+        @staticmethod
+        def autocast(device_type: str, dtype: str) -> tuple[str, str]:
+            return device_type, dtype
+
+    assert dflash_drafter.compute_dtype("cuda") == "bfloat16"
+    assert dflash_drafter.autocast(Torch, "cuda") == ("cuda", "torch.bfloat16")
+    assert dflash_drafter.compute_dtype("cpu") == "float32"
+    assert isinstance(dflash_drafter.autocast(Torch, "cpu"), contextlib.nullcontext)
+
+
 def test_cli_refuses_layer_ids_that_are_not_numbers(tmp_path: Path) -> None:
     cli = [sys.executable, str(SCRIPT), "--target", str(tmp_path), "--target-layer-ids", "1,x"]
     done = subprocess.run(cli, capture_output=True, text=True, check=False)
@@ -137,7 +161,8 @@ def test_cli_refuses_a_target_without_config(tmp_path: Path) -> None:
 
 def _train(python: str, target: Path, out: Path) -> subprocess.CompletedProcess[str]:
     cli = [python, str(SCRIPT), "--target", str(target), "--out", str(out), "--device", "cpu"]
-    return subprocess.run(cli + TINY, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(cli + TINY, capture_output=True, text=True, timeout=600, check=False,
+                          env=ONE_THREAD)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +206,7 @@ def test_training_lowers_the_loss_and_records_accept_length_by_step(
     _, sidecar, _ = trained
     training = sidecar["training"]
     assert training["steps_done"] == 40 and not training["stopped_early"]
+    assert training["compute_dtype"] == "float32"  # on a CPU: no bfloat16 autocast
     losses = [loss for _, loss in training["loss"]]
     assert losses[-1] < losses[0]
     steps = [step for step, _ in training["accept_length"]]
@@ -252,7 +278,8 @@ def test_the_bench_drafts_the_servers_way_in_float16(
     bench = REPO / "bench" / "dflash_served_way.py"
     cli = [python, str(bench), "--target", str(smollm2_hf), "--drafter", str(folder),
            "--tokens", "24"]  # fmt: skip
-    done = subprocess.run(cli, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=600, check=False,
+                          env=ONE_THREAD)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("seed prompts (5, 24 tokens each)")

@@ -94,11 +94,11 @@ def project(suite_project: pytest.Pytester) -> pytest.Pytester:
     return suite_project
 
 
-def run(project: pytest.Pytester, url: str, engine: str, out: str) -> pytest.RunResult:
+def run(project: pytest.Pytester, url: str, engine: str, out: str, *extra: str) -> pytest.RunResult:
     return project.runpytest_subprocess(
         "suites/test_throughput.py", "--specdec-server-url", url, "--specdec-engine", engine,
         "--spec-config", "plain", "--specdec-runs", "2", "--specdec-no-warmup",
-        "--specdec-results", out, "-p", "no:cacheprovider", "-k", "haiku", timeout=120,
+        "--specdec-results", out, "-p", "no:cacheprovider", "-k", "haiku", *extra, timeout=120,
     )  # fmt: skip
 
 
@@ -143,16 +143,47 @@ BROKEN = {
     "METADATA": "Metadata-Version: 2.1\nName: calibserve\nVersion: 1.0\n",
     "entry_points.txt": "[pytest_specdec.engines]\ncalibserve = calibserve_adapter:Engine\n",
 }
+BROKEN_SOURCE = "import os\nos.environ['NO_SUCH_KEY']\n"
+NAMED = ("engine adapter 'calibserve' (entry point calibserve_adapter:Engine of distribution "
+         "calibserve 1.0) failed to import: KeyError: 'NO_SUCH_KEY'; fix or uninstall "
+         "calibserve")  # fmt: skip
+UNUSED = f"{NAMED} (this run does not use engine 'calibserve' and goes on)"
+# the ini of a project that escalates every warning, as this repository's pyproject does
+WARNINGS_ARE_ERRORS = "[pytest]\naddopts = --strict-markers\nfilterwarnings =\n    error\n"
+
+
+def test_a_broken_adapter_the_run_does_not_use_is_reported_where_warnings_are_errors(
+    project: pytest.Pytester,
+) -> None:
+    """A broken distribution that registers an engine stops no run that does not use it,
+    whatever the project's ini does with warnings: it is named in the report header and in
+    the terminal summary (which -q still shows), never through the warnings machinery, and
+    once under xdist."""
+    install(project, "calibserve_adapter", BROKEN_SOURCE, BROKEN)
+    project.makeini(WARNINGS_ARE_ERRORS)
+    with FaultServer("ok", tokens=8) as server:
+        result = run(project, server.url, "echo", "r.json")
+        quiet = run(project, server.url, "echo", "q.json", "-q")
+        spread = run(project, server.url, "echo", "x.json", "-n", "2")
+    for done in (result, quiet, spread):
+        out = done.stdout.str()
+        assert done.ret == pytest.ExitCode.OK, out + done.stderr.str()
+        assert "INTERNALERROR" not in out and "warnings summary" not in out, out
+        assert out.count(f"note: {UNUSED}") == 1, out
+    result.stdout.fnmatch_lines([f"specdec: {UNUSED}", "*1 passed*"])
+    spread.stdout.fnmatch_lines([f"specdec: {UNUSED}"])
+    assert f"specdec: {UNUSED}" not in quiet.stdout.str()  # -q shows no header
+    for name in ("r.json", "q.json", "x.json"):
+        (cfg,) = json.loads((project.path / name).read_text())["configs"]
+        assert [r["ok"] for r in cfg["runs"] if r["phase"] == "measure"] == [True, True]
 
 
 @pytest.mark.engine
 def test_an_adapter_that_fails_to_import_is_named_and_breaks_only_its_own_runs(
     suite_project: pytest.Pytester, models: dict[str, Path]
 ) -> None:
-    install(suite_project, "calibserve_adapter", "import os\nos.environ['NO_SUCH_KEY']\n", BROKEN)
-    named = ("engine adapter 'calibserve' (entry point calibserve_adapter:Engine of distribution "
-             "calibserve 1.0) failed to import: KeyError: 'NO_SUCH_KEY'; fix or uninstall "
-             "calibserve")  # fmt: skip
+    install(suite_project, "calibserve_adapter", BROKEN_SOURCE, BROKEN)
+    suite_project.makeini(WARNINGS_ARE_ERRORS)  # the README's command, run in this repository
     out = suite_project.path / "r.json"
     result = suite_project.runpytest_subprocess(
         "suites/test_throughput.py", "--specdec-engine", "llamacpp", "--spec-config", "baseline",
@@ -160,8 +191,7 @@ def test_an_adapter_that_fails_to_import_is_named_and_breaks_only_its_own_runs(
         "--specdec-results", str(out), "-k", "haiku", "-p", "no:cacheprovider", timeout=300,
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines([f"*PytestConfigWarning: {named} (this run does not use engine "
-                                 "'calibserve' and goes on)*", "*1 passed*"])  # fmt: skip
+    result.stdout.fnmatch_lines([f"specdec: {UNUSED}", f"note: {UNUSED}", "*1 passed*"])
     runs = json.loads(out.read_text())["configs"][0]["runs"]
     assert any(r["phase"] == "measure" and r["ok"] and r["tok_per_s"] > 0 for r in runs)
     # a run that uses it is a usage error naming it
@@ -169,7 +199,7 @@ def test_an_adapter_that_fails_to_import_is_named_and_breaks_only_its_own_runs(
         "suites/test_throughput.py", "--specdec-engine", "calibserve", "--co", timeout=60
     )
     assert used.ret == pytest.ExitCode.USAGE_ERROR
-    assert named in used.stderr.str(), used.stderr.str()
+    assert NAMED in used.stderr.str(), used.stderr.str()
     # specdec doctor lists every engine, this one as not loading, and exits 0
     env = {**os.environ, "PYTHONPATH": os.environ["PYTHONPATH"]}
     doctor = subprocess.run([sys.executable, "-m", "pytest_specdec.cli", "doctor"],
@@ -177,11 +207,11 @@ def test_an_adapter_that_fails_to_import_is_named_and_breaks_only_its_own_runs(
                             timeout=120, check=False)  # fmt: skip
     assert doctor.returncode == 0, doctor.stderr
     lines = doctor.stdout.splitlines()
-    assert any(x.startswith("no  engine calibserve ") and x.endswith(named) for x in lines)
+    assert any(x.startswith("no  engine calibserve ") and x.endswith(NAMED) for x in lines)
     assert any(line.startswith("ok  llama.cpp ") for line in lines), doctor.stdout
     # other commands go on and warn
     listed = subprocess.run([sys.executable, "-m", "pytest_specdec.cli", "configs", "list",
                              "--engine", "llamacpp"], cwd=suite_project.path, env=env,
                             capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert listed.returncode == 0 and "baseline" in listed.stdout, listed.stderr
-    assert f"specdec: warning: {named}" in listed.stderr
+    assert f"specdec: warning: {NAMED}" in listed.stderr

@@ -12,7 +12,8 @@ The table is read lazily, once per process: the entry points are listed on first
 adapter's module is imported when the engine is first asked for. An adapter whose module fails
 to import breaks nothing but itself: the failure is kept (``EngineLoadError`` names the engine,
 its distribution and the exception) and raised only where that engine is used; the rest of the
-table works, and ``load_errors`` lists every such failure for warnings and ``specdec doctor``.
+table works, and ``load_errors`` lists every such failure for the run's report and
+``specdec doctor``.
 """
 
 from __future__ import annotations
