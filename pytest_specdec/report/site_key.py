@@ -8,30 +8,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_specdec.report.site_assets import chart, esc, page
+from pytest_specdec.report.site_assets import DASH, chart, esc, night_cell, num, page, table
 from pytest_specdec.report.site_charts import heatmap_spec, prompt_names, trend_spec
 from pytest_specdec.report.site_data import KeyView, NightView
 from pytest_specdec.verdict.history import ChangePoint
-
-DASH = "\u2013"
-
-
-def num(value: float | None, fmt: str = ".1f") -> str:
-    return DASH if value is None else format(value, fmt)
-
-
-def table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: str = "") -> str:
-    """An HTML table; cells are HTML already; ``numeric`` has an ``r`` per right-aligned column."""
-    cls = [
-        ' class="num"' if i < len(numeric) and numeric[i] == "r" else "" for i in range(len(head))
-    ]
-    out = "<table><thead><tr>" + "".join(
-        f"<th{c}>{esc(h)}</th>" for h, c in zip(head, cls, strict=True)
-    )
-    out += "</tr></thead><tbody>"
-    for row in rows:
-        out += "<tr>" + "".join(f"<td{c}>{v}</td>" for v, c in zip(row, cls, strict=True)) + "</tr>"
-    return out + "</tbody></table>"
 
 
 def hardware_text(hw: Mapping[str, Any]) -> str:
@@ -55,11 +35,6 @@ def change_text(point: ChangePoint) -> str:
     return f"{point.ratio - 1:+.1%} [{point.ci_low:.3f}, {point.ci_high:.3f}]" + (
         f", accept length {accept:+.1%}" if accept is not None else ""
     )
-
-
-def night_cell(night: str, run: str | None, depth: int) -> str:
-    text = f"<code>{esc(night)}</code>"
-    return f'<a href="{"../" * depth}runs/{esc(run)}.html">{text}</a>' if run else text
 
 
 def _key_table(view: KeyView) -> str:

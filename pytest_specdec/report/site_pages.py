@@ -16,18 +16,10 @@ from typing import Any
 
 from pytest_specdec.engines.base import SECRET_NAME, redact
 from pytest_specdec.report.export import hardware_label, markdown_summary
-from pytest_specdec.report.site_assets import esc, page
+from pytest_specdec.report.site_assets import DASH, esc, night_cell, num, page, table, verdict_badge
 from pytest_specdec.report.site_charts import sparkline
 from pytest_specdec.report.site_data import KeyView, RunView, SiteData
-from pytest_specdec.report.site_key import (
-    DASH,
-    change_text,
-    hardware_text,
-    model_text,
-    night_cell,
-    num,
-    table,
-)
+from pytest_specdec.report.site_key import change_text, hardware_text, model_text
 from pytest_specdec.report.site_markdown import render
 
 LOG_LIMIT = 512 * 1024  # the last bytes of a log copied beside its run page
@@ -37,7 +29,6 @@ SECRET_PAIR = re.compile(
 )
 BEARER = re.compile(r"(?i)\b(bearer\s+)[\w.~+/=-]+")
 HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
-OUTCOME = re.compile(r"[A-Z][A-Z-]*")
 
 
 def secrets_of(config: Mapping[str, Any]) -> list[str]:
@@ -57,14 +48,6 @@ def redact_log(text: str, secrets: Sequence[str]) -> str:
     text = redact(text, secrets)
     text = SECRET_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}***", text)
     return HF_TOKEN.sub("***", BEARER.sub(r"\1***", text))
-
-
-def verdict_badge(outcome: object, title: str = "") -> str:
-    text = str(outcome or "")
-    if not text:
-        return DASH
-    cls = text if OUTCOME.fullmatch(text) else ""
-    return f'<span class="verdict {cls}" title="{esc(title)}">{esc(text)}</span>'
 
 
 # --------------------------------------------------------------------------- overview
