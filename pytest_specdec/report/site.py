@@ -45,7 +45,7 @@ class SiteSummary:
         keys = self.data.keys
         text = (
             f"{self.out / 'index.html'}: {len(keys)} keys, "
-            f"{sum(len(k.nights) for k in keys)} key-nights, {len(self.data.runs)} runs; "
+            f"{sum(k.night_count for k in keys)} key-nights, {len(self.data.runs)} runs; "
             f"{len(self.files)} files, {self.size / 1e6:.2f} MB"
         )
         skipped = [*self.data.notes, *(f"{k.name}: {n}" for k in keys for n in k.notes)]

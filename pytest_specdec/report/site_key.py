@@ -183,8 +183,12 @@ def key_page(view: KeyView, generated: str) -> str:
         gpu = telemetry(view.latest_config, view.nights[-1])
         body += [f"<h2>GPU telemetry of the latest night</h2>{gpu}",
                  f"<h2>Nights</h2>{_nights_table(view)}"]  # fmt: skip
+    elif view.load_nights:
+        body.append(
+            "<p>No suite score: this key's server sessions measured load levels only (no prompt "
+            "one request at a time).</p>"
+        )
     else:
         body.append("<p>No usable night for this key (see the notes above).</p>")
-    return page(
-        view.name, f"generated {esc(generated)}", "".join(body), 1, charts=bool(view.nights)
-    )
+    charts = bool(view.nights)
+    return page(view.name, f"generated {esc(generated)}", "".join(body), 1, charts=charts)

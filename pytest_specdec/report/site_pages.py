@@ -54,19 +54,24 @@ def redact_log(text: str, secrets: Sequence[str]) -> str:
 
 
 def _latest(view: KeyView) -> list[str]:
-    if not view.nights:
+    if view.nights:
+        night, run = view.nights[-1].started_at, view.nights[-1].run
+        score = num(view.nights[-1].tok_s)
+        low, high = view.nights[-1].ci_low, view.nights[-1].ci_high
+        if low and high:
+            score += f' <span class="muted">[{num(low)}\u2013{num(high)}]</span>'
+    elif view.load_nights:  # load levels only: no suite score to show
+        night, run = view.load_nights[-1].started_at, view.load_nights[-1].run
+        score = '<span class="muted">load levels only</span>'
+    else:
         return [DASH, DASH, DASH]
-    night = view.nights[-1]
-    score = num(night.tok_s)
-    if night.ci_low and night.ci_high:
-        score += f' <span class="muted">[{num(night.ci_low)}\u2013{num(night.ci_high)}]</span>'
     verdict = view.verdict()
     badge = DASH
     if verdict:
         ratio = verdict.get("ratio")
         badge = verdict_badge(verdict.get("outcome"), str(verdict.get("message") or ""))
         badge += f" {ratio:.3f}x" if isinstance(ratio, float) else ""
-    return [night_cell(night.started_at, night.run, 0), score, badge]
+    return [night_cell(night, run, 0), score, badge]
 
 
 def _last_change(view: KeyView) -> str:
@@ -96,14 +101,14 @@ def overview(data: SiteData, generated: str, sources: str) -> str:
         link = f'<a href="keys/{esc(view.slug)}.html">{esc(key.get("config"))}</a>'
         rows.append([
             _hardware_cell(key.get("hardware") or {}), esc(key.get("engine")), link,
-            esc(model_text(key)), str(len(view.nights)), *_latest(view),
+            esc(model_text(key)), str(view.night_count), *_latest(view),
             sparkline(view), _last_change(view), _acceptance(view),
         ])  # fmt: skip
     head = ["hardware", "engine", "config", "model", "nights", "latest night", "suite tok/s",
             "verdict", "trend", "last change point", "acceptance"]  # fmt: skip
     body = [
         f"<p>{len(data.keys)} keys (hardware x engine x config x model), "
-        f"{sum(len(k.nights) for k in data.keys)} key-nights; from {esc(sources)}.</p>"
+        f"{sum(k.night_count for k in data.keys)} key-nights; from {esc(sources)}.</p>"
     ]
     notes = [*data.notes, *(f"{k.name}: {n}" for k in data.keys for n in k.notes)]
     if notes:
@@ -190,7 +195,9 @@ def run_page(run: RunView, keys: Sequence[KeyView], out: Path, generated: str) -
         block, found = _config_block(run, config, out)
         blocks.append(block)
         secrets += found
-    mine = [k for k in keys if any(n.run == run.slug for n in k.nights)]
+    mine = [
+        k for k in keys if run.slug in {n.run for n in k.nights} | {n.run for n in k.load_nights}
+    ]
     links = "".join(
         f'<li><a href="../keys/{esc(k.slug)}.html">{esc(k.name)}</a></li>' for k in mine
     )
