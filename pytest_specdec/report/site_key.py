@@ -1,5 +1,5 @@
 """The dashboard's page of one key: its trend, change points and resets, the per-prompt table
-and heatmaps, the latest night's GPU telemetry, and every night."""
+and heatmaps, the latest night's GPU telemetry, every night, and its load levels' history."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from pytest_specdec.report.site_assets import DASH, chart, esc, night_cell, num, page, table
 from pytest_specdec.report.site_charts import heatmap_spec, prompt_names, trend_spec
 from pytest_specdec.report.site_data import KeyView, NightView
+from pytest_specdec.report.site_load import key_section
 from pytest_specdec.verdict.history import ChangePoint
 
 
@@ -181,14 +182,15 @@ def key_page(view: KeyView, generated: str) -> str:
             chart("heatmap", heatmap_spec(view), "per-prompt tok/s and accept length heatmaps"),
         ]
         gpu = telemetry(view.latest_config, view.nights[-1])
-        body += [f"<h2>GPU telemetry of the latest night</h2>{gpu}",
+        body += [key_section(view), f"<h2>GPU telemetry of the latest night</h2>{gpu}",
                  f"<h2>Nights</h2>{_nights_table(view)}"]  # fmt: skip
     elif view.load_nights:
-        body.append(
+        body += [
             "<p>No suite score: this key's server sessions measured load levels only (no prompt "
-            "one request at a time).</p>"
-        )
+            "one request at a time).</p>",
+            key_section(view),
+        ]
     else:
         body.append("<p>No usable night for this key (see the notes above).</p>")
-    charts = bool(view.nights)
+    charts = bool(view.nights or view.load_nights)
     return page(view.name, f"generated {esc(generated)}", "".join(body), 1, charts=charts)

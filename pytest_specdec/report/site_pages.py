@@ -20,6 +20,7 @@ from pytest_specdec.report.site_assets import DASH, esc, night_cell, num, page, 
 from pytest_specdec.report.site_charts import sparkline
 from pytest_specdec.report.site_data import KeyView, RunView, SiteData
 from pytest_specdec.report.site_key import change_text, hardware_text, model_text
+from pytest_specdec.report.site_load import load_configs, run_section, without_mermaid
 from pytest_specdec.report.site_markdown import render
 
 LOG_LIMIT = 512 * 1024  # the last bytes of a log copied beside its run page
@@ -198,17 +199,19 @@ def run_page(run: RunView, keys: Sequence[KeyView], out: Path, generated: str) -
     mine = [
         k for k in keys if run.slug in {n.run for n in k.nights} | {n.run for n in k.load_nights}
     ]
+    report = without_mermaid(markdown_summary(run.doc))
     links = "".join(
         f'<li><a href="../keys/{esc(k.slug)}.html">{esc(k.name)}</a></li>' for k in mine
     )
     body = [
         f"<p>Results file <code>{esc(run.path)}</code>, started {esc(run.started_at)}.</p>",
         f"<h2>Keys</h2><ul>{links}</ul>" if links else "",
+        redact(run_section(run.doc), secrets),
         "<h2>Engine commands</h2>",
         *blocks,
         "<h2>Report</h2>",
-        f'<div class="report">{render(redact(markdown_summary(run.doc), secrets))}</div>',
+        f'<div class="report">{render(redact(report, secrets))}</div>',
     ]
     subtitle = f"{esc(hardware_label(run.doc))} · generated {esc(generated)}"
     return page(f"Run {run.path.name}", subtitle,
-                "".join(body), 1)  # fmt: skip
+                "".join(body), 1, charts=bool(load_configs(run.doc)))  # fmt: skip
