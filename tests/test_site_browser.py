@@ -1,6 +1,7 @@
 """The dashboard in a real browser: headless Chromium (Debian's package) loads the generated
 site from disk, runs its scripts and draws its charts. Checked: the overview lists every key;
-the seeded step's change point shows on its key's page with its night; no request leaves the
+the seeded step's change point shows on its key's page with its night; a real run's load curves
+are drawn on its run page and its levels' history on its key's page; no request leaves the
 page (Chromium's own net log, with a control page that does make one); the screenshot is not
 blank. Skipped with the reason where Chromium is not installed (`./scripts/setup` installs it
 on CI)."""
@@ -22,8 +23,9 @@ import pytest
 from PIL import Image
 from test_site import SEEDED, bench  # the must-show site's builder and its seeded key
 
-from pytest_specdec.report.site import SiteSummary
+from pytest_specdec.report.site import SiteSummary, build_site
 
+REAL = Path(__file__).resolve().parent / "data" / "site-load"  # a llama-server run, load levels
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)"
@@ -146,3 +148,35 @@ def test_the_network_check_sees_a_page_that_does_ask(tmp_path: Path, probe: int)
     _, remote = chromium(tmp_path / "run", page.as_uri(), "--dump-dom")
     assert remote == [f"http://127.0.0.1:{probe}/probe.png"]
     assert "/probe.png" in _Probe.hits
+
+
+@pytest.fixture(scope="module")
+def load_site(tmp_path_factory: pytest.TempPathFactory) -> SiteSummary:
+    """The site of the committed llama-server run with load levels (tests/data/site-load)."""
+    return build_site(
+        tmp_path_factory.mktemp("load") / "site",
+        REAL / "baselines",
+        [REAL / "llamacpp-np2-load.json"],
+    )
+
+
+def test_the_load_curves_are_drawn_on_the_run_and_key_pages(
+    load_site: SiteSummary, tmp_path: Path
+) -> None:
+    (run,) = load_site.data.runs
+    page = load_site.out / "runs" / f"{run.slug}.html"
+    dom, remote = chromium(tmp_path / "run", page.as_uri(), "--dump-dom")
+    assert remote == []
+    assert dom.count('data-rendered="yes"') == 2  # the throughput and the speedup curves
+    throughput = dom[dom.index('id="load-throughput"') : dom.index('id="load-throughput-spec"')]
+    assert "mark-area" in throughput and "mark-line" in throughput and "mark-symbol" in throughput
+    speedup = dom[dom.index('id="load-speedup-0"') : dom.index('id="load-speedup-0-spec"')]
+    assert "mark-rule" in speedup and "mark-symbol" in speedup
+    assert re.search(r'<pre id="csp-violations" hidden="">\s*</pre>', dom)
+    view = next(k for k in load_site.data.keys if k.key["config"] == "draft-np2")
+    key = load_site.out / "keys" / f"{view.slug}.html"
+    dom, remote = chromium(tmp_path / "key", key.as_uri(), "--dump-dom")
+    assert remote == []
+    assert dom.count('data-rendered="yes"') == 3  # the trend, the heatmaps, the load history
+    history = dom[dom.index('id="load-history"') : dom.index('id="load-history-spec"')]
+    assert history.count("1 client<") + history.count("4 clients<") == 2  # a panel per level

@@ -4,9 +4,11 @@ store and nightly results files (docs/dashboard.md).
 - ``index.html``: one row per key (hardware x engine x config x model): the latest suite score
   and its verdict, a sparkline over the nights, the last change point, the acceptance verdict;
 - ``keys/<key>.html``: the interactive trend with change points and baseline resets, the
-  per-prompt table and heatmaps, the latest night's GPU telemetry, every night;
-- ``runs/<file>.html``: one results file's Markdown report, its engine commands (redacted) and
-  its engine logs where they are beside it;
+  per-prompt table and heatmaps, the latest night's GPU telemetry, every night, and each load
+  level's history where the key's sessions measured load levels;
+- ``runs/<file>.html``: one results file's load curves (throughput and speedup against clients,
+  the crossover) where it measured load levels, its Markdown report, its engine commands
+  (redacted) and its engine logs where they are beside it;
 - ``assets/``: the chart library, the style sheet and the page script, written once.
 
 Pages read nothing from the network; they work from ``file://`` as from GitHub Pages.
@@ -23,6 +25,7 @@ from pytest_specdec.core.results import utc_now
 from pytest_specdec.report.site_assets import check_available, write_assets
 from pytest_specdec.report.site_data import SiteData, gather
 from pytest_specdec.report.site_key import key_page
+from pytest_specdec.report.site_load import load_configs
 from pytest_specdec.report.site_pages import overview, run_page
 from pytest_specdec.verdict.history import HistoryPolicy
 
@@ -45,7 +48,7 @@ class SiteSummary:
         keys = self.data.keys
         text = (
             f"{self.out / 'index.html'}: {len(keys)} keys, "
-            f"{sum(len(k.nights) for k in keys)} key-nights, {len(self.data.runs)} runs; "
+            f"{sum(k.night_count for k in keys)} key-nights, {len(self.data.runs)} runs; "
             f"{len(self.files)} files, {self.size / 1e6:.2f} MB"
         )
         skipped = [*self.data.notes, *(f"{k.name}: {n}" for k in keys for n in k.notes)]
@@ -75,7 +78,8 @@ def build_site(
     generated = utc_now()
     out.mkdir(parents=True, exist_ok=True)
     _clear(out)
-    files = write_assets(out, charts=any(k.nights for k in data.keys))
+    charts = any(k.nights or k.load_nights for k in data.keys)
+    files = write_assets(out, charts=charts or any(load_configs(r.doc) for r in data.runs))
     pages: dict[Path, str] = {}
     sources = ", ".join([f"baselines {baseline_dir}", *(f"results {p}" for p in results)])
     pages[out / "index.html"] = overview(data, generated, sources)

@@ -1,5 +1,6 @@
 """What every page of the dashboard shares: the chart library, the style sheet, the page
-script, and the page shell with its Content-Security-Policy.
+script, the page shell with its Content-Security-Policy, and the pieces of its pages (tables,
+numbers, verdict badges, links to run pages).
 
 The charts are drawn by Vega-Lite, Vega and vega-embed, in the standalone bundle that the
 ``vl-convert-python`` wheel carries (``vl_convert.javascript_bundle()``: the three libraries,
@@ -15,9 +16,12 @@ import functools
 import html
 import importlib
 import json
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+OUTCOME = re.compile(r"[A-Z][A-Z-]*")
 SITE_EXTRA = "pip install 'pytest-specdec[site]'"
 BUNDLE = "assets/vega-bundle.js"
 SCRIPT = "assets/site.js"
@@ -125,6 +129,40 @@ SCRIPT_TEXT = """(function () {
 
 def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
+
+
+DASH = "\u2013"
+
+
+def num(value: float | None, fmt: str = ".1f") -> str:
+    return DASH if value is None else format(value, fmt)
+
+
+def table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: str = "") -> str:
+    """An HTML table; cells are HTML already; ``numeric`` has an ``r`` per right-aligned column."""
+    cls = [
+        ' class="num"' if i < len(numeric) and numeric[i] == "r" else "" for i in range(len(head))
+    ]
+    out = "<table><thead><tr>" + "".join(
+        f"<th{c}>{esc(h)}</th>" for h, c in zip(head, cls, strict=True)
+    )
+    out += "</tr></thead><tbody>"
+    for row in rows:
+        out += "<tr>" + "".join(f"<td{c}>{v}</td>" for v, c in zip(row, cls, strict=True)) + "</tr>"
+    return out + "</tbody></table>"
+
+
+def verdict_badge(outcome: object, title: str = "") -> str:
+    text = str(outcome or "")
+    if not text:
+        return DASH
+    cls = text if OUTCOME.fullmatch(text) else ""
+    return f'<span class="verdict {cls}" title="{esc(title)}">{esc(text)}</span>'
+
+
+def night_cell(night: str, run: str | None, depth: int) -> str:
+    text = f"<code>{esc(night)}</code>"
+    return f'<a href="{"../" * depth}runs/{esc(run)}.html">{text}</a>' if run else text
 
 
 def json_script(element_id: str, data: Any) -> str:

@@ -5,7 +5,10 @@ baseline file is (``gpu-nvidia-h200-x1/sglang/dflash-b16--model.json``). Its nig
 exactly as ``specdec history`` makes them (:func:`pytest_specdec.verdict.history.nights`,
 :func:`~pytest_specdec.verdict.history.change_points`), each server session once (by its id),
 from the baseline file and from any results files given; here each night also keeps its
-per-prompt values, so the pages can show a per-prompt table and heatmap.
+per-prompt values, so the pages can show a per-prompt table and heatmap. Sessions that measured
+load levels (``levels`` in the baseline entry) also make the key's *load nights*: per night and
+client count, the level's aggregate output tok/s with its CI. A session with load levels only
+(no suite score) is in the load nights and not in the suite's nights.
 
 Inputs are checked where they are read: an empty folder, or no input at all, is a
 :class:`SiteError`; so are files of another schema version (a site never mixes them); a file
@@ -52,7 +55,8 @@ def slug(name: str) -> str:
 
 @dataclass(frozen=True)
 class PromptNight:
-    """One prompt on one night: geometric-mean tok/s over its sessions, with a 95% CI."""
+    """One prompt (or one load level) on one night: geometric-mean tok/s over its sessions,
+    with a 95% CI; ``runs``: its measured runs (a level's rounds)."""
 
     tok_s: float
     ci_low: float | None
@@ -74,6 +78,19 @@ class NightView:
     engine_version: str | None
     commit: str | None
     prompts: dict[str, PromptNight]
+    run: str | None  # the slug of the run page of the results file it came from, if any
+
+
+@dataclass(frozen=True)
+class LoadNight:
+    """One night of a key's load levels: per client count, the aggregate output tok/s of the
+    sessions that measured it (geometric mean of their rounds' means, 95% CI)."""
+
+    started_at: str
+    levels: dict[int, PromptNight]
+    sessions: int
+    engine_version: str | None
+    commit: str | None
     run: str | None  # the slug of the run page of the results file it came from, if any
 
 
@@ -107,11 +124,24 @@ class KeyView:
     resets: list[Reset] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     latest_config: dict[str, Any] | None = None  # the latest night's record in a results file
+    # (the latest night with a suite score; with load levels where the key has only those)
     latest_run: RunView | None = None
+    load_nights: list[LoadNight] = field(default_factory=list)
 
     @property
     def slug(self) -> str:
         return slug(self.name)
+
+    @property
+    def night_count(self) -> int:
+        """The key's nights: with a suite score, load levels, or both."""
+        return len({n.started_at for n in self.nights} | {n.started_at for n in self.load_nights})
+
+    @property
+    def last_night(self) -> str | None:
+        """The latest night with a suite score or load levels."""
+        found = [v[-1].started_at for v in (self.nights, self.load_nights) if v]
+        return max(found) if found else None
 
     def verdict(self) -> dict[str, Any] | None:
         """The latest night's suite verdict, where its results file carries one."""
@@ -197,6 +227,35 @@ def night_views(
                 ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None,
                 accept=night.accept, sessions=night.sessions,
                 engine_version=night.engine_version, commit=night.commit, prompts=prompts,
+                run=runs[-1] if runs else None,
+            )
+        )  # fmt: skip
+    return out
+
+
+def load_night_views(
+    sessions: Sequence[Mapping[str, Any]], run_of: Mapping[str, str]
+) -> list[LoadNight]:
+    """The nights of one key's load levels, oldest first, from the sessions that have them."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for session in sessions:
+        if isinstance(session.get("levels"), Mapping) and session["levels"]:
+            when = str(session.get("started_at") or session.get("added_at") or "")
+            groups.setdefault(when, []).append(session)
+    out = []
+    for when in sorted(groups):
+        group = groups[when]
+        counts = sorted({int(c) for s in group for c in s["levels"]})
+        levels = {
+            c: cell
+            for c in counts
+            if (cell := _prompt_night([s["levels"].get(str(c)) or {} for s in group]))
+        }
+        runs = [run_of[str(s.get("id"))] for s in group if str(s.get("id")) in run_of]
+        out.append(
+            LoadNight(
+                started_at=when, levels=levels, sessions=len(group),
+                engine_version=group[-1].get("engine_version"), commit=group[-1].get("commit"),
                 run=runs[-1] if runs else None,
             )
         )  # fmt: skip
@@ -297,11 +356,15 @@ class _Gatherer:
             view.nights = night_views(sessions, self.run_of)
             view.points = change_points(nights(sessions), policy)  # the nights of view.nights
             view.resets = _resets(view.nights, sessions, self.stored.get(name, set()))
-            if view.nights:
-                found = self.latest.get(name, {}).get(view.nights[-1].started_at)
+            view.load_nights = load_night_views(sessions, self.run_of)
+            # the record of the latest suite night (its telemetry, its verdict); of the latest
+            # load night where the key has load levels only
+            anchor = view.nights[-1].started_at if view.nights else view.last_night
+            if anchor is not None:
+                found = self.latest.get(name, {}).get(anchor)
                 if found is not None:
                     view.latest_run, view.latest_config = found
-            if view.nights or view.notes:
+            if view.nights or view.load_nights or view.notes:
                 out.append(view)
         return out
 
@@ -345,7 +408,7 @@ def gather(
             "that wrote them, or leave those files out"
         )
     keys = gatherer.finish(policy or HistoryPolicy())
-    if not any(k.nights for k in keys):
+    if not any(k.nights or k.load_nights for k in keys):
         notes = [*gatherer.notes, *(n for k in keys for n in k.notes)]
         raise SiteError(
             "no usable nights in the inputs"

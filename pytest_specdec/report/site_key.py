@@ -1,5 +1,5 @@
 """The dashboard's page of one key: its trend, change points and resets, the per-prompt table
-and heatmaps, the latest night's GPU telemetry, and every night."""
+and heatmaps, the latest night's GPU telemetry, every night, and its load levels' history."""
 
 from __future__ import annotations
 
@@ -8,30 +8,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_specdec.report.site_assets import chart, esc, page
+from pytest_specdec.report.site_assets import DASH, chart, esc, night_cell, num, page, table
 from pytest_specdec.report.site_charts import heatmap_spec, prompt_names, trend_spec
 from pytest_specdec.report.site_data import KeyView, NightView
+from pytest_specdec.report.site_load import key_section
 from pytest_specdec.verdict.history import ChangePoint
-
-DASH = "\u2013"
-
-
-def num(value: float | None, fmt: str = ".1f") -> str:
-    return DASH if value is None else format(value, fmt)
-
-
-def table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: str = "") -> str:
-    """An HTML table; cells are HTML already; ``numeric`` has an ``r`` per right-aligned column."""
-    cls = [
-        ' class="num"' if i < len(numeric) and numeric[i] == "r" else "" for i in range(len(head))
-    ]
-    out = "<table><thead><tr>" + "".join(
-        f"<th{c}>{esc(h)}</th>" for h, c in zip(head, cls, strict=True)
-    )
-    out += "</tr></thead><tbody>"
-    for row in rows:
-        out += "<tr>" + "".join(f"<td{c}>{v}</td>" for v, c in zip(row, cls, strict=True)) + "</tr>"
-    return out + "</tbody></table>"
 
 
 def hardware_text(hw: Mapping[str, Any]) -> str:
@@ -55,11 +36,6 @@ def change_text(point: ChangePoint) -> str:
     return f"{point.ratio - 1:+.1%} [{point.ci_low:.3f}, {point.ci_high:.3f}]" + (
         f", accept length {accept:+.1%}" if accept is not None else ""
     )
-
-
-def night_cell(night: str, run: str | None, depth: int) -> str:
-    text = f"<code>{esc(night)}</code>"
-    return f'<a href="{"../" * depth}runs/{esc(run)}.html">{text}</a>' if run else text
 
 
 def _key_table(view: KeyView) -> str:
@@ -206,10 +182,15 @@ def key_page(view: KeyView, generated: str) -> str:
             chart("heatmap", heatmap_spec(view), "per-prompt tok/s and accept length heatmaps"),
         ]
         gpu = telemetry(view.latest_config, view.nights[-1])
-        body += [f"<h2>GPU telemetry of the latest night</h2>{gpu}",
+        body += [key_section(view), f"<h2>GPU telemetry of the latest night</h2>{gpu}",
                  f"<h2>Nights</h2>{_nights_table(view)}"]  # fmt: skip
+    elif view.load_nights:
+        body += [
+            "<p>No suite score: this key's server sessions measured load levels only (no prompt "
+            "one request at a time).</p>",
+            key_section(view),
+        ]
     else:
         body.append("<p>No usable night for this key (see the notes above).</p>")
-    return page(
-        view.name, f"generated {esc(generated)}", "".join(body), 1, charts=bool(view.nights)
-    )
+    charts = bool(view.nights or view.load_nights)
+    return page(view.name, f"generated {esc(generated)}", "".join(body), 1, charts=charts)

@@ -16,18 +16,11 @@ from typing import Any
 
 from pytest_specdec.engines.base import SECRET_NAME, redact
 from pytest_specdec.report.export import hardware_label, markdown_summary
-from pytest_specdec.report.site_assets import esc, page
+from pytest_specdec.report.site_assets import DASH, esc, night_cell, num, page, table, verdict_badge
 from pytest_specdec.report.site_charts import sparkline
 from pytest_specdec.report.site_data import KeyView, RunView, SiteData
-from pytest_specdec.report.site_key import (
-    DASH,
-    change_text,
-    hardware_text,
-    model_text,
-    night_cell,
-    num,
-    table,
-)
+from pytest_specdec.report.site_key import change_text, hardware_text, model_text
+from pytest_specdec.report.site_load import load_configs, run_section, without_mermaid
 from pytest_specdec.report.site_markdown import render
 
 LOG_LIMIT = 512 * 1024  # the last bytes of a log copied beside its run page
@@ -37,7 +30,6 @@ SECRET_PAIR = re.compile(
 )
 BEARER = re.compile(r"(?i)\b(bearer\s+)[\w.~+/=-]+")
 HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
-OUTCOME = re.compile(r"[A-Z][A-Z-]*")
 
 
 def secrets_of(config: Mapping[str, Any]) -> list[str]:
@@ -59,31 +51,28 @@ def redact_log(text: str, secrets: Sequence[str]) -> str:
     return HF_TOKEN.sub("***", BEARER.sub(r"\1***", text))
 
 
-def verdict_badge(outcome: object, title: str = "") -> str:
-    text = str(outcome or "")
-    if not text:
-        return DASH
-    cls = text if OUTCOME.fullmatch(text) else ""
-    return f'<span class="verdict {cls}" title="{esc(title)}">{esc(text)}</span>'
-
-
 # --------------------------------------------------------------------------- overview
 
 
 def _latest(view: KeyView) -> list[str]:
-    if not view.nights:
+    if view.nights:
+        night, run = view.nights[-1].started_at, view.nights[-1].run
+        score = num(view.nights[-1].tok_s)
+        low, high = view.nights[-1].ci_low, view.nights[-1].ci_high
+        if low and high:
+            score += f' <span class="muted">[{num(low)}\u2013{num(high)}]</span>'
+    elif view.load_nights:  # load levels only: no suite score to show
+        night, run = view.load_nights[-1].started_at, view.load_nights[-1].run
+        score = '<span class="muted">load levels only</span>'
+    else:
         return [DASH, DASH, DASH]
-    night = view.nights[-1]
-    score = num(night.tok_s)
-    if night.ci_low and night.ci_high:
-        score += f' <span class="muted">[{num(night.ci_low)}\u2013{num(night.ci_high)}]</span>'
     verdict = view.verdict()
     badge = DASH
     if verdict:
         ratio = verdict.get("ratio")
         badge = verdict_badge(verdict.get("outcome"), str(verdict.get("message") or ""))
         badge += f" {ratio:.3f}x" if isinstance(ratio, float) else ""
-    return [night_cell(night.started_at, night.run, 0), score, badge]
+    return [night_cell(night, run, 0), score, badge]
 
 
 def _last_change(view: KeyView) -> str:
@@ -113,14 +102,14 @@ def overview(data: SiteData, generated: str, sources: str) -> str:
         link = f'<a href="keys/{esc(view.slug)}.html">{esc(key.get("config"))}</a>'
         rows.append([
             _hardware_cell(key.get("hardware") or {}), esc(key.get("engine")), link,
-            esc(model_text(key)), str(len(view.nights)), *_latest(view),
+            esc(model_text(key)), str(view.night_count), *_latest(view),
             sparkline(view), _last_change(view), _acceptance(view),
         ])  # fmt: skip
     head = ["hardware", "engine", "config", "model", "nights", "latest night", "suite tok/s",
             "verdict", "trend", "last change point", "acceptance"]  # fmt: skip
     body = [
         f"<p>{len(data.keys)} keys (hardware x engine x config x model), "
-        f"{sum(len(k.nights) for k in data.keys)} key-nights; from {esc(sources)}.</p>"
+        f"{sum(k.night_count for k in data.keys)} key-nights; from {esc(sources)}.</p>"
     ]
     notes = [*data.notes, *(f"{k.name}: {n}" for k in data.keys for n in k.notes)]
     if notes:
@@ -207,18 +196,22 @@ def run_page(run: RunView, keys: Sequence[KeyView], out: Path, generated: str) -
         block, found = _config_block(run, config, out)
         blocks.append(block)
         secrets += found
-    mine = [k for k in keys if any(n.run == run.slug for n in k.nights)]
+    mine = [
+        k for k in keys if run.slug in {n.run for n in k.nights} | {n.run for n in k.load_nights}
+    ]
+    report = without_mermaid(markdown_summary(run.doc))
     links = "".join(
         f'<li><a href="../keys/{esc(k.slug)}.html">{esc(k.name)}</a></li>' for k in mine
     )
     body = [
         f"<p>Results file <code>{esc(run.path)}</code>, started {esc(run.started_at)}.</p>",
         f"<h2>Keys</h2><ul>{links}</ul>" if links else "",
+        redact(run_section(run.doc), secrets),
         "<h2>Engine commands</h2>",
         *blocks,
         "<h2>Report</h2>",
-        f'<div class="report">{render(redact(markdown_summary(run.doc), secrets))}</div>',
+        f'<div class="report">{render(redact(report, secrets))}</div>',
     ]
     subtitle = f"{esc(hardware_label(run.doc))} · generated {esc(generated)}"
     return page(f"Run {run.path.name}", subtitle,
-                "".join(body), 1)  # fmt: skip
+                "".join(body), 1, charts=bool(load_configs(run.doc)))  # fmt: skip
