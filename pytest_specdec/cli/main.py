@@ -16,17 +16,15 @@ from pytest_specdec.cli.results import ERRORS as RESULT_ERRORS
 from pytest_specdec.cli.results import add_commands
 from pytest_specdec.core.configs import ConfigError, Registry, load_registry
 from pytest_specdec.core.engine_table import ENGINE_TABLE, EngineTableError
-from pytest_specdec.core.suitefile import SuiteSettings, load_suite_settings
+from pytest_specdec.core.suitefile import SuiteSettings, default_suite_file, load_suite_settings
 from pytest_specdec.core.values import engine_name
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.engines.base import BootContext
 from pytest_specdec.engines.lint import LintUnavailable, errors
 
-DEFAULT_SUITE = Path("suites/specdec.toml")
-
 
 def _registry(args: argparse.Namespace) -> Registry:
-    return load_registry([*load_suite_settings(DEFAULT_SUITE).files, *args.config_file])
+    return load_registry([*_suite().files, *args.config_file])
 
 
 def cmd_configs_list(args: argparse.Namespace) -> int:
@@ -101,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _suite() -> SuiteSettings:
-    return load_suite_settings(DEFAULT_SUITE if DEFAULT_SUITE.exists() else None)
+    """suites/specdec.toml here, else the built-in suite's (as a pytest run in this folder)."""
+    return load_suite_settings(default_suite_file(Path.cwd()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
