@@ -1,5 +1,5 @@
-"""The ``specdec`` command: configs, baselines, compare, reports, history, doctor. Thin: the
-logic lives in the modules it calls."""
+"""The ``specdec`` command: configs, baselines, compare, reports, history, doctor, init. Thin:
+the logic lives in the modules it calls."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from pytest_specdec.cli.bisect import add_command as add_bisect
 from pytest_specdec.cli.doctor import run as run_doctor
 from pytest_specdec.cli.history import add_command as add_history
+from pytest_specdec.cli.init import add_command as add_init
 from pytest_specdec.cli.results import ERRORS as RESULT_ERRORS
 from pytest_specdec.cli.results import add_commands
 from pytest_specdec.core.configs import ConfigError, Registry, load_registry
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(sub)
     add_history(sub)
     add_bisect(sub)
+    add_init(sub)
     doctor = sub.add_parser("doctor", help="engines, NVML and GPUs, docker: what is usable here")
     doctor.set_defaults(func=lambda args: run_doctor(_suite()))
     return parser
