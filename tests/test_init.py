@@ -199,3 +199,16 @@ def test_written_workflows_pass_zizmor(tmp_path: Path) -> None:
 def test_written_workflows_pass_actionlint(tmp_path: Path) -> None:
     done = _run([actionlint(), "-no-color", *map(str, write_workflows(tmp_path))], tmp_path)
     assert done.returncode == 0, f"actionlint:\n{done.stdout}{done.stderr}"
+
+
+def test_a_model_path_relative_to_the_folder_is_written_as_the_suite_file_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "t.gguf").write_bytes(b"GGUF")
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "--model", "models/t.gguf", "--draft-model", "org/hub-draft"]) == 0
+    text = (tmp_path / "suites" / "specdec.toml").read_text()
+    assert 'target = "../models/t.gguf"' in text and '"org/hub-draft"' in text
+    models = load_suite_settings(tmp_path / "suites" / "specdec.toml").models_for("llamacpp")
+    assert Path(models.target or "").resolve() == (tmp_path / "models" / "t.gguf").resolve()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -49,12 +50,21 @@ def runner_labels(value: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+def from_suites(value: str, folder: Path) -> str:
+    """A model path given relative to this folder that is there, as the suite file reads it:
+    relative to ``suites/``. Anything else (an absolute path, a hub id) as given."""
+    if Path(value).is_absolute() or not Path(value).exists():
+        return value
+    return os.path.relpath(Path(value).resolve(), (folder / "suites").resolve())
+
+
 def layout_of(args: argparse.Namespace) -> Layout:
-    drafts = dict(parse_draft(value) for value in args.draft_model)
+    drafts = {r: from_suites(p, args.dir) for r, p in map(parse_draft, args.draft_model)}
     configs = tuple(split_names([args.configs])) if args.configs else ()
     check_configs(args.engine, configs)
+    model = from_suites(args.model, args.dir) if args.model else None
     return Layout(
-        engine=args.engine, model=args.model, drafts=drafts,
+        engine=args.engine, model=model, drafts=drafts,
         runner_labels=args.runner_labels, configs=configs,
     )  # fmt: skip
 
