@@ -197,7 +197,7 @@ def test_written_workflows_pass_zizmor(tmp_path: Path) -> None:
 
 
 def test_written_workflows_pass_actionlint(tmp_path: Path) -> None:
-    done = _run([actionlint(), "-no-color", *map(str, write_workflows(tmp_path))], tmp_path)
+    done = _run([*actionlint(), *map(str, write_workflows(tmp_path))], tmp_path)
     assert done.returncode == 0, f"actionlint:\n{done.stdout}{done.stderr}"
 
 

