@@ -4,11 +4,10 @@ metadata, and the wheel installed into a new virtualenv outside the repository, 
 ``specdec init`` lays out an empty folder and the suite it wrote runs against the real
 llama-server.
 
-The virtualenv takes its dependencies from this Python (``--system-site-packages``: the
-machine reaches no other package index than PyPI, and they are this install's, pinned) and
-pytest-specdec from the wheel alone; that the repository's own copy does not leak in is
-checked, not assumed (``pytest_specdec.__file__`` and the plugin pytest loads lie inside the
-virtualenv).
+The virtualenv takes its dependencies from this Python (its site-packages named in a .pth
+file: they are this install's, pinned) and pytest-specdec from the wheel alone; that the
+repository's own copy does not leak in is checked, not assumed (``pytest_specdec.__file__``
+and the plugin pytest loads lie inside the virtualenv).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import importlib.util
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import tarfile
@@ -157,12 +157,19 @@ def test_twine_check_passes(built: Built) -> None:
 
 @pytest.fixture(scope="module")
 def venv(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new virtualenv outside the repository: the dependencies are this Python's, the
-    package is the wheel's (installed beside whatever this Python has, never uninstalling it)."""
+    """A new virtualenv outside the repository: the package is the wheel's, the dependencies
+    are this Python's. Its site-packages folders are named in a .pth file of the virtualenv,
+    after the virtualenv's own, which also works where this Python is itself a virtualenv
+    (nox), whose packages --system-site-packages would not see; the .pth files in them (an
+    editable install's finder among them) are not run."""
     folder = tmp_path_factory.mktemp("venv") / "env"
     assert not folder.is_relative_to(REPO)
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)], folder.parent)
+    _run([sys.executable, "-m", "venv", str(folder)], folder.parent)
     python = str(folder / "bin" / "python")
+    purelib = _run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                   folder, clean_env()).strip()  # fmt: skip
+    ours = [p for p in [*site.getsitepackages(), site.getusersitepackages()] if Path(p).is_dir()]
+    (Path(purelib) / "this-pythons-packages.pth").write_text("\n".join(ours) + "\n")
     install = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                "--no-deps", "--no-index", "--ignore-installed"]  # fmt: skip
     _run([*install, str(built.wheel)], folder.parent, clean_env())
