@@ -51,8 +51,8 @@ def runner_labels(value: str) -> tuple[str, ...]:
 
 
 def from_suites(value: str, folder: Path) -> str:
-    """A model path given relative to this folder that is there, as the suite file reads it:
-    relative to ``suites/``. Anything else (an absolute path, a hub id) as given."""
+    """A model path given relative to the current folder, and there, as the suite file reads
+    it: relative to ``folder/suites/``. Anything else (an absolute path, a hub id) as given."""
     if Path(value).is_absolute() or not Path(value).exists():
         return value
     return os.path.relpath(Path(value).resolve(), (folder / "suites").resolve())
