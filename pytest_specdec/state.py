@@ -15,7 +15,12 @@ import pytest
 
 from pytest_specdec.core.configs import ConfigError, SpecConfig, load_registry, split_names
 from pytest_specdec.core.engine_table import ENGINE_TABLE, EngineLoadError, EngineTableError
-from pytest_specdec.core.suitefile import load_suite_settings, with_engine_args
+from pytest_specdec.core.suitefile import (
+    builtin_suite_file,
+    default_suite_file,
+    load_suite_settings,
+    with_engine_args,
+)
 from pytest_specdec.core.workers import WorkerLedger
 from pytest_specdec.core.workloads import WorkloadError, load_workload
 from pytest_specdec.driver.runner import Runner, RunSettings, resolve_configs
@@ -113,12 +118,19 @@ class SpecdecState:
     def _resolve(self, getopt: Any, root: Path) -> tuple[str, list[str]]:
         """Suite file, config registry, the configs asked for (resolved here, once), notes
         and the workload; the engine and the config names as given."""
-        suite_path = getopt("--specdec-suite-file") or root / "suites" / "specdec.toml"
-        if getopt("--specdec-suite-file") and not suite_path.is_file():
+        suite_path, built_in = getopt("--specdec-suite-file"), None
+        if suite_path and not suite_path.is_file():
             raise ConfigError(
                 f"--specdec-suite-file {suite_path} does not exist; give the path of a suite "
                 "TOML file (see suites/specdec.toml)"
             )
+        if suite_path is None:
+            suite_path = default_suite_file(root)
+            if suite_path == builtin_suite_file():
+                built_in = (
+                    f"suite file: the built-in {suite_path} (no suites/specdec.toml under the "
+                    f"rootdir {root}; `specdec init` writes one)"
+                )
         self.suite = with_engine_args(
             load_suite_settings(suite_path), getopt("--specdec-engine-args")
         )
@@ -144,7 +156,8 @@ class SpecdecState:
             names, engine, self.registry, getopt("--specdec-server-url") is not None,
             any_engine=getopt("--specdec-engine") is None,
         )  # fmt: skip
-        self.notes = [
+        self.notes = [built_in] if built_in else []
+        self.notes += [
             f"spec config {c.name!r} exists only for engine {c.engine}: running it on "
             f"{c.engine} (the suite's default engine is {engine})"
             for c in self.configs if c.engine != engine and engine != "openai"

@@ -1,38 +1,8 @@
-"""Throughput and acceptance of each selected spec config over the prompt suite, and its verdict.
+"""The tests of pytest_specdec/suites/test_throughput.py, from the installed pytest-specdec.
 
-    pytest suites --spec-config ddtree-b15
-    pytest suites --specdec-engine llamacpp --spec-config baseline,draft-d16
-
-Each config boots once; every prompt is measured --specdec-runs times after a warmup pass.
-Then the config's suite score (geometric mean over prompts) is judged against its stored
-baseline, or against --specdec-reference, twice: output tok/s and accept length. REGRESSED
-on either fails (--specdec-fail-on picks), a missing baseline skips. The numbers and both
-verdicts are attached to each test as JUnit properties (--junitxml).
+`pytest suites` runs them from this folder (`pytest --pyargs pytest_specdec.suites` runs the
+same tests without it), so they follow the installed version; its docstring says what they
+measure. Tests of your own go beside this file. Written by `specdec init`.
 """
 
-from collections.abc import Callable
-
-import pytest
-
-from pytest_specdec.core.workloads import Prompt
-from pytest_specdec.driver.runner import Runner, Server, run_errors
-from pytest_specdec.plugin import check_judgement
-from pytest_specdec.report.export import junit_properties
-
-Record = Callable[[str, object], None]
-
-
-def test_throughput(
-    specdec: Runner, specdec_server: Server, specdec_prompt: Prompt, record_property: Record
-) -> None:
-    runs = specdec.measure(specdec_server, specdec_prompt)
-    for name, value in junit_properties(specdec_server.record, specdec_prompt.id, None):
-        record_property(name, value)
-    errors = run_errors(runs)
-    assert not errors, "\n".join(errors)
-
-
-def test_verdict(specdec: Runner, specdec_server: Server, record_property: Record) -> None:
-    if specdec_server.config.name == specdec.settings.reference:
-        pytest.skip("the reference config: the others are judged against it")
-    check_judgement(specdec, specdec_server.config.name, record_property)
+from pytest_specdec.suites.test_throughput import *  # noqa: F403

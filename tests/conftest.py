@@ -46,7 +46,8 @@ def models(llama_server: Path) -> dict[str, Path]:
 
 @pytest.fixture
 def suite_project(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A pytester folder holding a copy of the repository's suites/ (the user's layout)."""
+    """A pytester folder holding a copy of the repository's suites/: the layout `specdec init`
+    writes, whose test files import the package's suite (pytest_specdec/suites/)."""
     shutil.copytree(REPO / "suites", pytester.path / "suites")
     # pytester gives subprocesses their own HOME: point them at the real engine cache.
     suite_file = pytester.path / "suites" / "specdec.toml"

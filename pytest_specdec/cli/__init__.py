@@ -1,4 +1,4 @@
-"""The ``specdec`` command: configs, lint, doctor, baselines, results reports, history.
+"""The ``specdec`` command: configs, lint, doctor, baselines, results reports, history, init.
 
 May import every layer; the pytest face (:mod:`pytest_specdec.plugin`) never imports it.
 """

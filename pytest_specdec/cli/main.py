@@ -1,5 +1,5 @@
-"""The ``specdec`` command: configs, baselines, compare, reports, history, doctor. Thin: the
-logic lives in the modules it calls."""
+"""The ``specdec`` command: configs, baselines, compare, reports, history, doctor, init. Thin:
+the logic lives in the modules it calls."""
 
 from __future__ import annotations
 
@@ -12,21 +12,20 @@ from pathlib import Path
 from pytest_specdec.cli.bisect import add_command as add_bisect
 from pytest_specdec.cli.doctor import run as run_doctor
 from pytest_specdec.cli.history import add_command as add_history
+from pytest_specdec.cli.init import add_command as add_init
 from pytest_specdec.cli.results import ERRORS as RESULT_ERRORS
 from pytest_specdec.cli.results import add_commands
 from pytest_specdec.core.configs import ConfigError, Registry, load_registry
 from pytest_specdec.core.engine_table import ENGINE_TABLE, EngineTableError
-from pytest_specdec.core.suitefile import SuiteSettings, load_suite_settings
+from pytest_specdec.core.suitefile import SuiteSettings, default_suite_file, load_suite_settings
 from pytest_specdec.core.values import engine_name
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.engines.base import BootContext
 from pytest_specdec.engines.lint import LintUnavailable, errors
 
-DEFAULT_SUITE = Path("suites/specdec.toml")
-
 
 def _registry(args: argparse.Namespace) -> Registry:
-    return load_registry([*load_suite_settings(DEFAULT_SUITE).files, *args.config_file])
+    return load_registry([*_suite().files, *args.config_file])
 
 
 def cmd_configs_list(args: argparse.Namespace) -> int:
@@ -95,13 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(sub)
     add_history(sub)
     add_bisect(sub)
+    add_init(sub)
     doctor = sub.add_parser("doctor", help="engines, NVML and GPUs, docker: what is usable here")
     doctor.set_defaults(func=lambda args: run_doctor(_suite()))
     return parser
 
 
 def _suite() -> SuiteSettings:
-    return load_suite_settings(DEFAULT_SUITE if DEFAULT_SUITE.exists() else None)
+    """suites/specdec.toml here, else the built-in suite's (as a pytest run in this folder)."""
+    return load_suite_settings(default_suite_file(Path.cwd()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

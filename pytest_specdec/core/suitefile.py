@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,19 @@ class SuiteSettings:
 
     def engine_settings(self, engine: str) -> EngineSettings:
         return self.engines.get(engine, EngineSettings())
+
+
+def builtin_suite_file() -> Path:
+    """The built-in suite's own suite file, ``pytest_specdec/suites/specdec.toml``."""
+    return Path(str(resources.files("pytest_specdec") / "suites" / "specdec.toml"))
+
+
+def default_suite_file(root: Path) -> Path:
+    """The suite file a run reads when none is named: ``suites/specdec.toml`` under ``root``
+    (the layout ``specdec init`` writes, and this repository's), else the built-in one, so
+    that ``pytest --pyargs pytest_specdec.suites`` runs in any folder."""
+    own = root / "suites" / "specdec.toml"
+    return own if own.is_file() else builtin_suite_file()
 
 
 def with_engine_args(suite: SuiteSettings, args: Sequence[str]) -> SuiteSettings:

@@ -1,0 +1,144 @@
+"""The workflows ``specdec init`` writes, made from this repository's own.
+
+``pytest_specdec/templates/`` holds copies of ``.github/workflows/nightly-gpu.yml`` and
+``update-baselines.yml`` (tests/test_init.py checks that they are the same bytes). A user's
+repository gets them with what is this repository's replaced: pytest-specdec installed from the
+package index at this version instead of from the checkout, the runner labels, engine and
+nightly configs that ``specdec init`` was given, the suite file ``suites/specdec.toml``, and
+no bisect job (its build command is a script of this repository). Each edit names the text it
+replaces and how often that text occurs, so a change to the source workflow that an edit no
+longer fits fails loudly (:class:`TemplateError`) instead of writing a half-edited workflow.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+
+from pytest_specdec.cli.layout import Layout
+
+OWN_LABELS = '["self-hosted", "linux", "gpu", "h200"]'
+NIGHTLY_COMMENT = "  # The nightly set (`specdec init --configs`); a dispatch may name others."
+OWN_INSTALL = 'python -m pip install --disable-pip-version-check -e ".[dev]"'
+
+
+class TemplateError(RuntimeError):
+    """A source workflow no longer has the text an edit replaces."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    old: str
+    new: str
+    count: int = 1  # how often ``old`` occurs in the source
+
+
+def template(name: str) -> str:
+    return (resources.files("pytest_specdec") / "templates" / name).read_text(encoding="utf-8")
+
+
+def apply(name: str, text: str, edits: list[Edit]) -> str:
+    for edit in edits:
+        found = text.count(edit.old)
+        if found != edit.count:
+            raise TemplateError(
+                f"{name}: {edit.old[:60]!r} occurs {found} time(s), the edit expects "
+                f"{edit.count}; fit pytest_specdec/cli/workflows.py to the workflow"
+            )
+        text = text.replace(edit.old, edit.new)
+    return text
+
+
+def between(name: str, text: str, start: str, end: str | None) -> str:
+    """The text from ``start`` up to ``end`` (or the end of the file), each found once."""
+    for marker in (start, end):
+        if marker is not None and text.count(marker) != 1:
+            raise TemplateError(f"{name}: {marker[:60]!r} is not in the workflow exactly once")
+    first = text.index(start)
+    return text[first : text.index(end, first) if end is not None else len(text)]
+
+
+def nightly_header(layout: Layout) -> str:
+    return f"""\
+# Written by `specdec init` (pytest-specdec {layout.version}) from pytest-specdec's own
+# nightly-gpu.yml.
+#
+# Every night, each spec config against its stored baseline on a self-hosted GPU runner: one
+# job per config. Each job uploads its results JSON, JUnit XML and engine logs as an artifact
+# and writes the verdict table to the job summary. A job fails only when pytest does: a
+# REGRESSED verdict, a lossless divergence, or a crash (and a config that does not lint); with
+# the variable SPECDEC_FAIL_ON=regressed,drift also a drop that tonight reveals in the nightly
+# history (a change point). A last job merges every runner's results into one report, grouped
+# by hardware key, lists the change points of the history and builds the dashboard
+# (`specdec report site`) from the stored history and tonight's results, uploaded as the
+# artifact specdec-dashboard. With the variable SPECDEC_PAGES=true (and Settings > Pages >
+# Source: GitHub Actions) a last job publishes it to GitHub Pages.
+#
+# Repository variables (Settings > Secrets and variables > Actions > Variables), all optional:
+#   SPECDEC_GPU_RUNNER_LABELS  JSON list of runner labels; default {labels(layout)}
+#   SPECDEC_RUNNER_PYTHON      the runner's interpreter that has the engine (default: python3);
+#                              the job's virtualenv is made from it with its site-packages
+#   SPECDEC_SGLANG_PYTHON      another interpreter that has SGLang, if it is not that one
+#   SPECDEC_SUITE_FILE         the suite file (default suites/specdec.toml)
+#   SPECDEC_FAIL_ON            outcomes that fail a job (default: regressed; e.g. regressed,drift)
+#   SPECDEC_PAGES              "true" publishes the dashboard to the repository's GitHub Pages
+# Secret HF_TOKEN (optional): for gated models on the hub; only the steps that run the engine
+# (its flag lint, the suite) are given it.
+"""
+
+
+def labels(layout: Layout) -> str:
+    return json.dumps(list(layout.runner_labels))
+
+
+def shared_edits(layout: Layout, installs: int) -> list[Edit]:
+    return [
+        Edit(OWN_INSTALL, OWN_INSTALL.replace('-e ".[dev]"', f'"pytest-specdec=={layout.version}"'),
+             installs),
+        Edit(OWN_LABELS, labels(layout), 2),
+        Edit("        default: sglang\n", f"        default: {layout.engine}\n"),
+    ]  # fmt: skip
+
+
+def nightly(layout: Layout) -> str:
+    name = "nightly-gpu.yml"
+    text = template(name)
+    for start, end in (
+        ("      bisect_refs:\n", "\n# No permission"),  # the bisect job's inputs
+        ("  bisect:\n", None),  # the bisect job, the last
+    ):
+        text = text.replace(between(name, text, start, end), "")
+    header = between(name, text, "# Every night, each spec config", "\non:\n")
+    own_set = between(name, text, "  # The nightly set:", "\n\njobs:")
+    configs = ",".join(layout.nightly_configs())
+    return apply(name, text, [
+        Edit(header, nightly_header(layout)),
+        Edit(own_set, f"{NIGHTLY_COMMENT}\n  NIGHTLY_CONFIGS: {configs}"),
+        *shared_edits(layout, 1),
+        Edit("inputs.engine || 'sglang'", f"inputs.engine || '{layout.engine}'", 3),
+        Edit('".[site]"', f'"pytest-specdec[site]=={layout.version}"'),
+        Edit("'suites/specdec-gpu.toml'", "'suites/specdec.toml'"),
+    ])  # fmt: skip
+
+
+def update_baselines(layout: Layout) -> str:
+    name = "update-baselines.yml"
+    written = (
+        f"# Written by `specdec init` (pytest-specdec {layout.version}) from pytest-specdec's own\n"
+        f"# {name}.\n#\n"
+    )
+    return apply(name, template(name), [
+        Edit("name: update-baselines\n\n", f"name: update-baselines\n\n{written}"),
+        Edit("to have ci.yml run on it", "to have your CI run on it"),
+        *shared_edits(layout, 1),
+    ])  # fmt: skip
+
+
+def workflows(layout: Layout) -> dict[str, str]:
+    """``.github/workflows/``: the nightly (with the merged report and the dashboard) and the
+    baseline update."""
+    return {
+        ".github/workflows/nightly-gpu.yml": nightly(layout),
+        ".github/workflows/update-baselines.yml": update_baselines(layout),
+    }
