@@ -55,18 +55,22 @@ def test_levels_are_stored_per_level_then_each_judged_on_a_rerun(
     doc = _by_name(_results(first))
     for name in ("np2", "draft-np2"):
         rounds = doc[name]["extra"]["load"]
+        # a warm-up round (0) first at each level, kept and marked, then the measured rounds
         assert sorted({(r["clients"], r["round"]) for r in rounds}) == [
-            (c, n) for c in (1, 2, 4) for n in (1, 2)]  # fmt: skip
+            (c, n) for c in (1, 2, 4) for n in (0, 1, 2)]  # fmt: skip
+        assert [r["warmup"] for r in rounds if r["round"] == 0] == [True] * 3
         for r in rounds:  # every client covered both prompts, each decoding exactly 12 tokens
             assert r["requests"] == 2 * r["clients"] and r["failed"] == 0 and not r["errors"]
             assert r["output_tokens"] == 12 * r["requests"]
             assert r["output_tok_per_s"] == pytest.approx(r["output_tokens"] / r["wall_s"])
             assert r["ttft_s"]["p50"] <= r["ttft_s"]["p99"]
-        loads = [x for x in doc[name]["runs"] if x["phase"] == "load"]
-        assert len(loads) == sum(r["requests"] for r in rounds) and all(
-            x["text"] is None for x in loads)  # fmt: skip
+            rows = [dict(zip(r["row_fields"], row, strict=True)) for row in r["rows"]]
+            assert sorted((x["client"], x["prompt"]) for x in rows) == sorted(
+                (c, p) for c in range(r["clients"]) for p in ("count", "story"))  # fmt: skip
+            assert all(x["output_tokens"] == 12 and x["error"] is None for x in rows)
+        assert not [x for x in doc[name]["runs"] if x["phase"] == "load"]  # rows, not records
         assert doc[name]["extra"]["cost"][0]["load_s"] > 0
-    spec = doc["draft-np2"]["extra"]["load"]
+    spec = [r for r in doc["draft-np2"]["extra"]["load"] if not r["warmup"]]
     assert all(r["accept_length"] and r["accept_source"] == "metrics-delta" for r in spec)
     assert all(r["accept_length"] is None for r in doc["np2"]["extra"]["load"])
     stored.stdout.fnmatch_lines([
@@ -123,7 +127,8 @@ def test_ab_per_level_with_sessions_runs_every_level_in_every_session(
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     doc = _by_name(_results(out))
-    sessions = {(r["session"], r["clients"]) for r in doc["draft-np2"]["extra"]["load"]}
+    sessions = {(r["session"], r["clients"]) for r in doc["draft-np2"]["extra"]["load"]
+                if not r["warmup"]}  # fmt: skip
     assert sessions == {(s, c) for s in (1, 2) for c in (1, 2)}  # each level in each session
     (verdict,) = _results(out)["verdicts"]
     assert verdict["load"]["against"] == "reference np2"
@@ -159,6 +164,8 @@ def test_a_round_whose_requests_fail_is_an_error_never_a_number(
         "round(s)*",
     ])  # fmt: skip
     rounds = _results(out)["configs"][0]["extra"]["load"]
-    assert len(rounds) == 2
+    assert len(rounds) == 2  # --specdec-no-warmup: no warm-up round either
     assert all(r["output_tok_per_s"] is None and r["failed"] == 4 for r in rounds)
+    rows = [dict(zip(r["row_fields"], row, strict=True)) for r in rounds for row in r["rows"]]
+    assert len(rows) == 8 and all("timed out" in x["error"] for x in rows)
     assert not (project.path / "bl").exists() or not list((project.path / "bl").rglob("*.json"))

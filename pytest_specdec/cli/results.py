@@ -16,7 +16,7 @@ from pytest_specdec.report.charts import ChartInputError, ChartsUnavailable
 from pytest_specdec.report.merge import MergeError
 from pytest_specdec.report.site_assets import SiteUnavailable
 from pytest_specdec.report.site_data import SiteError
-from pytest_specdec.report.table import render_table
+from pytest_specdec.report.table import load_verdict_lines, render_table
 from pytest_specdec.verdict.acceptance import accept_summary_lines
 from pytest_specdec.verdict.baselines import BaselineError, load_baseline
 from pytest_specdec.verdict.gate import adjust, failures, not_gating
@@ -88,6 +88,8 @@ def compare(args: argparse.Namespace) -> int:
             print(f"{j.config}: note: {note}")
         for line in accept_summary_lines(j.config, j.acceptance):
             print(line)
+    for line in load_verdict_lines(judged):
+        print(line)
     missing = sorted(set(c["name"] for c in new["configs"]) - set(before))
     if missing:
         print(f"not in {args.old}: {', '.join(missing)}")
@@ -169,8 +171,8 @@ def add_commands(sub: Any) -> None:
         help="smallest change in accept length that counts (default %(default)s)",
     )
     cmp.add_argument("--fail-on", type=fail_on, default=("regressed",),
-                     help="comma list: regressed, inconclusive, improved, unchanged (both "
-                     "verdicts), or tok-/accept- each (one) (default: regressed)")  # fmt: skip
+                     help="comma list: regressed, inconclusive, improved, unchanged (every "
+                     "verdict), or tok-/accept-/load- each (one) (default: regressed)")  # fmt: skip
     cmp.add_argument(
         "--provisional",
         choices=("gate", "report"),

@@ -6,6 +6,7 @@ display only. A failed run carries ``error`` and no throughput: an error is neve
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -241,11 +242,16 @@ class ResultsError(ValueError):
 
 
 def load_results(path: Path) -> dict[str, Any]:
+    """A results file (``.json``, or ``.json.gz`` as results are kept for long)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                data = json.load(fh)
+        else:
+            data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ResultsError(f"results file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultsError(f"results file {path} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict) or data.get("schema") != RESULTS_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__

@@ -29,6 +29,17 @@ from pytest_specdec.core.results import RunRecord
 
 Send = Callable[[int, int], Awaitable[RunRecord]]  # (client, prompt index) -> record
 PROTOCOL = "closed-loop, each client covers the workload once per round"
+# Each request of a round, one row of these (thousands of requests a level: the round keeps
+# them as rows, not as run records).
+ROW_FIELDS = (
+    "client", "prompt", "output_tokens", "ttft_s", "tpot_s", "wall_s", "accept_length", "error",
+)  # fmt: skip
+
+
+def request_row(rec: RunRecord) -> list[Any]:
+    """One request of a round as a row of ``ROW_FIELDS``."""
+    return [rec.extra.get("client"), rec.prompt, rec.output_tokens, rec.ttft_s, rec.tpot_s,
+            rec.wall_s, rec.accept_length, rec.error]  # fmt: skip
 
 
 def percentiles(
@@ -125,11 +136,15 @@ class RoundResult:
     errors: tuple[str, ...] = ()
     gpu: Mapping[str, Any] | None = None  # the round's GPU telemetry
     invalid: tuple[str, ...] = ()  # GPU hygiene reasons: kept, never averaged in
+    warmup: bool = False  # the level's warm-up round: kept, never judged
+    rows: tuple[tuple[Any, ...], ...] = ()  # one row of ROW_FIELDS per request
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["errors"] = list(self.errors)
         out["invalid"] = list(self.invalid) or None
+        out["rows"] = [list(row) for row in self.rows]
+        out["row_fields"] = list(ROW_FIELDS)
         return out
 
     @classmethod
@@ -138,6 +153,7 @@ class RoundResult:
         values = {k: v for k, v in data.items() if k in known}
         values["errors"] = tuple(values.get("errors") or ())
         values["invalid"] = tuple(values.get("invalid") or ())
+        values["rows"] = tuple(tuple(row) for row in values.get("rows") or ())
         return cls(**values)
 
     @property
@@ -149,6 +165,7 @@ class RoundResult:
 def summarize_round(
     clients: int, round_no: int, session: int, records: Sequence[RunRecord], wall_s: float,
     counted: Mapping[str, float | None] | None = None, engine: Mapping[str, Any] | None = None,
+    warmup: bool = False,
 ) -> RoundResult:  # fmt: skip
     """A round's summary. ``counted``: accept length and verify steps from the engine's counter
     deltas around the round; without them, from the requests' own (tokens over verify steps)."""
@@ -168,6 +185,7 @@ def summarize_round(
         engine=dict(engine or {}),
         errors=tuple(f"client {r.extra.get('client')} {r.prompt}: {r.error}" for r in records
                      if r.error),
+        warmup=warmup, rows=tuple(tuple(request_row(r)) for r in records),
     )  # fmt: skip
 
 
@@ -244,12 +262,15 @@ def _medians(cells: Sequence[Mapping[str, float | None]]) -> dict[str, float | N
 
 
 def rounds_of(
-    config: Mapping[str, Any], clients: int | None = None, session: int | None = None
-) -> list[RoundResult]:
+    config: Mapping[str, Any], clients: int | None = None, session: int | None = None,
+    warmups: bool = False,
+) -> list[RoundResult]:  # fmt: skip
     """The measured rounds a config record keeps (``extra.load``), of one level and session
-    where given, in order."""
+    where given, in order (the levels' warm-up rounds too with ``warmups``)."""
     out = []
     for entry in (config.get("extra") or {}).get("load") or []:
+        if entry.get("warmup") and not warmups:
+            continue
         if clients is not None and entry.get("clients") != clients:
             continue
         if session is not None and entry.get("session", 1) != session:

@@ -187,7 +187,10 @@ def judge_load_reference(
     if not out.levels:
         out.status, out.message = NO_DATA, "no level measured by both configs"
         return out
-    out.crossover = crossover_of(str(reference.get("name")), list(out.levels.values()))
+    if is_speculative(config.get("config") or {}) and not is_speculative(
+        reference.get("config") or {}
+    ):  # a speedup curve is speculation over plain decoding, nothing else
+        out.crossover = crossover_of(str(reference.get("name")), list(out.levels.values()))
     return out.explain()
 
 
