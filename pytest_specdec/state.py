@@ -203,7 +203,8 @@ class SpecdecState:
             startup_timeout_s=getopt("--specdec-startup-timeout"),
             request_timeout_s=getopt("--specdec-request-timeout"),
             api_key=getopt("--specdec-api-key") or os.environ.get("SPECDEC_API_KEY"),
-            baseline_dir=getopt("--specdec-baseline-dir") or root / "baselines",
+            baseline_dir=getopt("--specdec-baseline-dir")
+            or root / (self.suite.baseline_dir or "baselines"),
             reference=self.configs[0].name if getopt("--specdec-reference") else None,
             allow_mismatch=getopt("--specdec-allow-mismatch"),
             update_baselines=getopt("--specdec-update-baselines"),

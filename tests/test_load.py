@@ -360,10 +360,12 @@ def test_suite_file_levels_rounds_and_extends(tmp_path: Path) -> None:
     sub.parent.mkdir()
     sub.write_text(
         '[suite]\nextends = "../base.toml"\nconcurrency = [16, 1, 4]\nrounds = 3\n'
+        'baseline_dir = "baselines/load"\n'
         '[engines.llamacpp]\nextra_args = ["-np", "16"]\n'
     )
     suite = load_suite_settings(sub)
     assert suite.concurrency == (1, 4, 16) and suite.rounds == 3
+    assert suite.baseline_dir == "baselines/load"
     assert suite.files == (base, sub)
     llama = suite.engine_settings("llamacpp")
     assert llama.extra_args == ("-np", "16") and llama.startup_timeout_s == 99  # key by key
@@ -373,6 +375,7 @@ def test_suite_file_levels_rounds_and_extends(tmp_path: Path) -> None:
         ("[suite]\nrounds = 1\n", "rounds = 1: give a whole number >= 2"),
         ("[suite]\nlevels = [1]\n", r"unknown key\(s\) \['levels'\]"),
         ('[suite]\nextends = "nowhere.toml"\n', "extends = .*nowhere.toml.*no such file"),
+        ('[suite]\nbaseline_dir = ""\n', "baseline_dir = '': give a folder path"),
     ):
         sub.write_text(text)
         with pytest.raises(ConfigError, match=match):

@@ -27,8 +27,8 @@ draft = "draft"
 args = ["-np", "2", "-c", "4096", "--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
 """
 # Few, short, fixed-length requests: every round does the same work, fast on two cores.
-SHORT = ("--specdec-max-tokens", "12", "--specdec-ignore-eos", "--specdec-rounds", "2",
-         "--specdec-workload", "two.jsonl", "-p", "no:cacheprovider")  # fmt: skip
+SHORT = ("--specdec-max-tokens", "12", "--specdec-ignore-eos", "--specdec-workload", "two.jsonl",
+         "-p", "no:cacheprovider")  # fmt: skip
 
 
 def _results(path: Path) -> dict[str, Any]:
@@ -44,10 +44,14 @@ def test_levels_are_stored_per_level_then_each_judged_on_a_rerun(
 ) -> None:
     project = two_prompt_project
     configs = project.makefile(".toml", load=CONFIGS)
+    # the levels, the rounds and the baselines' folder from a suite file extending the suite's
+    suite = project.path / "suites" / "load.toml"
+    suite.write_text('[suite]\nextends = "specdec.toml"\nconcurrency = [4, 1, 2]\nrounds = 2\n'
+                     'baseline_dir = "bl"\n')  # fmt: skip
     first, second = project.path / "first.json", project.path / "second.json"
     common = ("suites/test_concurrency.py", "--specdec-config-file", str(configs),
-              "--spec-config", "np2,draft-np2", "--specdec-concurrency", "1,2,4",
-              "--specdec-baseline-dir", "bl", *SHORT)  # fmt: skip
+              "--spec-config", "np2,draft-np2", "--specdec-suite-file", str(suite),
+              *SHORT)  # fmt: skip
     stored = project.runpytest_subprocess(
         *common, "--specdec-update-baselines", "--specdec-results", str(first)
     )
@@ -78,7 +82,7 @@ def test_levels_are_stored_per_level_then_each_judged_on_a_rerun(
         "clients*out tok/s*decode p50/p99*TTFT*accept*engine*",
         "np2 at 4 clients: queued*",  # 4 clients, 2 slots: by the engine's count or its flags
         "*draft-np2: crossover (tonight): * against np2: *",
-        "*np2: bl/*np2--*.json: 0 → 1 sessions; load levels 1, 2, 4 clients",
+        "*np2: */bl/*np2--*.json: 0 → 1 sessions; load levels 1, 2, 4 clients",
     ])  # fmt: skip
     baseline = next((project.path / "bl").rglob("draft-np2--*.json"))
     (session,) = json.loads(baseline.read_text())["sessions"]
@@ -123,7 +127,8 @@ def test_ab_per_level_with_sessions_runs_every_level_in_every_session(
         "suites/test_concurrency.py", "--specdec-config-file", str(configs),
         "--spec-config", "np2,draft-np2", "--specdec-reference", "np2", "--specdec-sessions",
         "2", "--specdec-concurrency", "1,2", "--specdec-results", str(out),
-        "--specdec-markdown", "report.md", "--specdec-fail-on", "accept-regressed", *SHORT,
+        "--specdec-markdown", "report.md", "--specdec-fail-on", "accept-regressed",
+        "--specdec-rounds", "2", *SHORT,
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     doc = _by_name(_results(out))

@@ -10,6 +10,7 @@
     concurrency = [1, 8, 32]     # default for --specdec-concurrency: the load levels
     rounds = 5                   # default for --specdec-rounds: measured rounds per level
     extends = "specdec.toml"     # optional: start from another suite file (below)
+    baseline_dir = "baselines/load"  # default for --specdec-baseline-dir (rootdir-relative)
 
     [models.llamacpp]
     target = "~/.cache/pytest-specdec/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -44,7 +45,9 @@ from pytest_specdec.core.modelfile import cache_root
 from pytest_specdec.core.values import SCORES
 
 SUITE_KEYS = {"suite", "models", "engines", "configs"}
-SUITE_TABLE_KEYS = {"engine", "workload", "ignore_eos", "score", "concurrency", "rounds", "extends"}
+SUITE_TABLE_KEYS = {
+    "engine", "workload", "ignore_eos", "score", "concurrency", "rounds", "extends", "baseline_dir",
+}  # fmt: skip
 ENGINE_KEYS = {"binary", "python", "extra_args", "startup_timeout_s", "env", "api", "interfaces"}
 
 
@@ -99,6 +102,9 @@ class SuiteSettings:
     engines: Mapping[str, EngineSettings] = field(default_factory=dict)
     path: Path | None = None
     files: tuple[Path, ...] = ()  # the files it was read from, the one it extends first
+    # Where its baselines live (relative to the rootdir): a suite whose engine settings differ
+    # from another's keeps its own, since a baseline file is refused under another key.
+    baseline_dir: str | None = None
 
     def models_for(self, engine: str) -> ModelSet:
         return self.models.get(engine, ModelSet(where=str(self.path or "suites/specdec.toml")))
@@ -311,7 +317,14 @@ def _suite_table(suite: Mapping[str, Any], where: str) -> dict[str, Any]:
             "are what its confidence interval is made from)"
         )
     levels = suite.get("concurrency")
+    baselines = suite.get("baseline_dir")
+    if baselines is not None and (not isinstance(baselines, str) or not baselines.strip()):
+        raise ConfigError(
+            f"{where} [suite] baseline_dir = {baselines!r}: give a folder path, relative to the "
+            'rootdir, e.g. "baselines/load"'
+        )
     return {
+        "baseline_dir": baselines,
         "engine": engine, "workload": str(suite.get("workload", "seed")),
         "ignore_eos": ignore_eos, "score": score, "rounds": rounds,
         "concurrency": _positive_levels(levels, where) if levels is not None else (),

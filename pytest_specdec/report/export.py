@@ -75,11 +75,14 @@ def markdown_summary(results: Mapping[str, Any]) -> str:
     count = options.get("sessions") or 1
     sessions = f" in each of {count} server sessions" if count > 1 else ""
     notes = [f"- note: {md(n)}" for n in results.get("notes") or []]
+    what = f"{options.get('runs', '?')} measured run(s) per cell"
+    if not any(r.measured() for r in recs):  # load levels only
+        what = f"load levels of {options.get('rounds', '?')} round(s), none one at a time"
     out = [
         f"## Speculative decoding: {md(workload)} on {md(hardware_label(results))}",
         "",
-        f"{len(recs)} config(s) x {len(prompts)} prompt(s), {options.get('runs', '?')} measured "
-        f"run(s) per cell{sessions}, max_tokens {options.get('max_tokens', '?')}; "
+        f"{len(recs)} config(s) x {len(prompts)} prompt(s), {what}{sessions}, max_tokens "
+        f"{options.get('max_tokens', '?')}; "
         f"{results.get('started_at', '?')} → {results.get('finished_at', '?')}.",
         *(["", *notes] if notes else []),
         "",

@@ -237,10 +237,13 @@ def _comparable_baseline(
     diff = key_mismatch(baseline.key, key)
     if diff and not allow_mismatch:
         judgement.status = MISMATCH
+        other_suite = any(d.startswith("engine_args") for d in diff)
         judgement.message = (
             f"baseline {path} was measured under another key: {'; '.join(diff)}; "
             "refusing to compare (pass --specdec-allow-mismatch to force)"
-        )
+            + ("; if another suite file with other engine settings keeps its baselines there, "
+               "give this one its own ([suite] baseline_dir)" if other_suite else "")
+        )  # fmt: skip
         return None
     if diff:
         judgement.notes.append(f"FORCED comparison across differing key fields: {'; '.join(diff)}")
