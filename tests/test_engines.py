@@ -302,8 +302,8 @@ def test_sglang_key_goes_in_a_private_config_file_not_the_argv(
 def test_runner_keeps_key_files_in_a_private_folder_removed_at_close(tmp_path: Path) -> None:
     options = RunSettings(results_path=tmp_path / "r.json", api_key="k", log_dir=tmp_path)
     runner = Runner(options, REGISTRY, SuiteSettings(), load_workload("seed"))
-    folder = runner.booter.secret_dir()
-    assert folder is not None and folder == runner.booter.secret_dir()  # one per run
+    folder = runner.planner.secret_dir()
+    assert folder is not None and folder == runner.planner.secret_dir()  # one per run
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     (folder / "sglang-1.yaml").write_text("api-key: k\n")
     runner.close()
@@ -311,7 +311,7 @@ def test_runner_keeps_key_files_in_a_private_folder_removed_at_close(tmp_path: P
     keyless = Runner(
         replace(options, api_key=None), REGISTRY, SuiteSettings(), load_workload("seed")
     )
-    assert keyless.booter.secret_dir() is None
+    assert keyless.planner.secret_dir() is None
     keyless.close()
 
 

@@ -33,6 +33,7 @@ from fake_nvml import FakeNvml
 from fault_server import FaultServer, accepts_connections, cmdline, engine_pids, parent_pid
 
 import pytest_specdec.driver.boot as boot_module
+import pytest_specdec.driver.plan as plan_module
 import pytest_specdec.engines.launch as launch_module
 import pytest_specdec.gpu.nvml as gpu_module
 from pytest_specdec.core.configs import Registry, preset_configs
@@ -167,7 +168,8 @@ def _offer_first(monkeypatch: pytest.MonkeyPatch, port: int) -> list[int]:
         offered.append(free_port(host, offsets) if offered else port)
         return offered[-1]
 
-    monkeypatch.setattr(boot_module, "free_port", pick)
+    for module in (plan_module, boot_module):  # the plan's port, and a boot's new one
+        monkeypatch.setattr(module, "free_port", pick)
     return offered
 
 

@@ -307,9 +307,8 @@ def test_engine_interfaces_boot_the_extra_args_the_installed_sglang_takes(
     own parser picks the interface whose flags it takes, once per engine; the record says
     which, and why not the other."""
     from pytest_specdec.core.suitefile import load_suite_settings
-    from pytest_specdec.driver.boot import Booter
+    from pytest_specdec.driver.plan import Planner
     from pytest_specdec.driver.settings import RunSettings
-    from pytest_specdec.measure.client import LoopThread
 
     suite_file = tmp_path / "suite.toml"
     suite_file.write_text(
@@ -320,15 +319,13 @@ def test_engine_interfaces_boot_the_extra_args_the_installed_sglang_takes(
     )
     suite = load_suite_settings(suite_file)
     cfg = next(c for c in preset_configs() if c.qualified_name == "sglang:baseline")
-    loop = LoopThread()
-    booter = Booter(RunSettings(engine="sglang", model="org/target"), suite, loop)
-    engine = booter.engine_for(cfg)
+    planner = Planner(RunSettings(engine="sglang", model="org/target"), suite)
+    engine = planner.engine_for(cfg)
     assert engine.settings.extra_args == ("--cuda-graph-max-bs", "4")
-    label, _, tried = booter.engine_choice["sglang"]
+    label, _, tried = planner.engine_choice["sglang"]
     assert label == "older" and list(tried) == ["default"]
     assert "--cuda-graph-max-bs-everywhere: unknown to SGLang's argument parser" in tried["default"]
-    assert booter.engine_for(cfg).settings is engine.settings  # chosen once
-    loop.close()
+    assert planner.engine_for(cfg).settings is engine.settings  # chosen once
 
     bad = tmp_path / "bad.toml"
     bad.write_text('[engines.sglang.interfaces.older]\nargs = ["--x"]\n')

@@ -152,5 +152,5 @@ class LiveMeasurer:
         for steps in self.steps.values():
             if steps is not None:
                 steps.loop.close()
-                steps.booter.close()
+                steps.planner.close()
         self.steps = {}

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ class ReferenceSteps(Steps):
     """:class:`Steps` with the lossless reference: made once, compared with every config."""
 
     def _reference_key(self, cfg: SpecConfig) -> tuple[str, str]:
-        return cfg.engine, self.booter.models_for(cfg)[0]
+        return cfg.engine, self.planner.models_for(cfg)[0]
 
     def ensure_references(self) -> None:
         """Boot each target once without speculation and keep its greedy output per prompt.
@@ -56,7 +57,7 @@ class ReferenceSteps(Steps):
                 description="the target without speculation: the lossless reference",
                 source="lossless reference",
             )  # fmt: skip
-            engine = self.booter.engine_for(ref)
+            engine = self.planner.engine_for(ref)
             stored_key = self.stored_key(engine, key[1])
             stored = self.stored_reference(stored_key)
             if stored is not None:
@@ -70,7 +71,8 @@ class ReferenceSteps(Steps):
                 continue
             record = ConfigRecord(ref.name, ref.engine, ref.to_dict())
             self.reference_records.append(record)
-            server = self.booter.launch(ref, engine, record)
+            started = time.perf_counter()
+            server = self.booter.launch(self.planner.plan(ref), record, started)
             try:
                 outputs = {}
                 for prompt in self.workload.prompts:

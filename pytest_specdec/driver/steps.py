@@ -29,6 +29,7 @@ from pytest_specdec.core.results import (
 from pytest_specdec.core.suitefile import SuiteSettings
 from pytest_specdec.core.workloads import Prompt, Workload
 from pytest_specdec.driver.boot import Booter, Server, resolve_configs
+from pytest_specdec.driver.plan import Planner, PlanRefused
 from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.engines import EngineNotInstalled
 from pytest_specdec.engines.base import Rendering, RequestSpec
@@ -65,10 +66,10 @@ class Steps:
             settings.config_names, settings.engine, registry, settings.server_url is not None
         )
         self.records: dict[str, ConfigRecord] = {}
-        self.chosen: dict[str, SpecConfig] = {}  # configs booted with an alternative interface
         self.started_at = utc_now()
         self.loop = LoopThread()
-        self.booter = Booter(settings, suite, self.loop, gpu, transport)
+        self.planner = Planner(settings, suite, gpu)
+        self.booter = Booter(settings, self.loop, gpu, transport)
         self.gpu: Any = gpu.describe() if gpu is not None else None
         self.notes: list[str] = []
         if gpu is not None and not gpu.available:
@@ -90,30 +91,36 @@ class Steps:
         return self.records[cfg.name]
 
     def boot(self, cfg: SpecConfig, session: int = 1) -> Server:
-        """Start (or attach to) server session ``session`` of ``cfg``; wait until it is ready.
-        A config with alternative interfaces is booted as the installed engine takes it
-        (chosen once, at its first session, and kept on its record)."""
-        engine = self.booter.engine_for(cfg)
-        if cfg.name not in self.records and cfg.alternatives:
-            chosen, how = self.booter.interface(cfg, engine)
-            self.chosen[cfg.name] = chosen
-            self.record_for(chosen).extra["interface"] = how
-        cfg = self.chosen.get(cfg.name, cfg)
-        record = self.record_for(cfg)
+        """Server session ``session`` of ``cfg``, in order: its plan (what will be booted,
+        decided once: plan.py), its record written from the plan, the boot (boot.py), and the
+        engine's preparation once it is ready (the prompts as it is sent them). A config with
+        alternative interfaces boots as the installed engine takes it (chosen at its first
+        plan, kept on its record)."""
+        started = time.perf_counter()
+        try:
+            plan = self.planner.plan(cfg)
+        except PlanRefused as exc:
+            plan_record = self.record_for(exc.plan.config)
+            exc.plan.write(plan_record)
+            self._failed(plan_record, exc, session)
+            raise
+        except (ConfigError, EngineNotInstalled) as exc:
+            self._failed(self.record_for(cfg), exc, session)
+            raise
+        record = self.record_for(plan.config)
         try:
             if self.settings.server_url:
-                server = self.booter.attach(cfg, engine, record)
+                server = self.booter.attach(plan, record)
             else:
-                server = self.booter.launch(cfg, engine, record)
-        except (LaunchError, ConfigError, EngineNotInstalled) as exc:
-            record.error = str(exc) if session == 1 else f"session {session}: {exc}"
-            self.write_results()
+                server = self.booter.launch(plan, record, started)
+        except LaunchError as exc:
+            self._failed(record, exc, session)
             raise
         server.session = session
         server.texts = self.prompt_texts(server)
         lint = record.extra.get("lint")
         for line in lint if isinstance(lint, list) else []:  # a config that measures badly
-            note = f"{cfg.name}: lint {line}"
+            note = f"{plan.config.name}: lint {line}"
             if line.startswith("warning: ") and note not in self.notes:
                 self.notes.append(note)
         record.extra.setdefault("sessions", []).append(
@@ -121,6 +128,10 @@ class Steps:
              "boot_s": record.boot_s, "started_at": utc_now()}
         )  # fmt: skip
         return server
+
+    def _failed(self, record: ConfigRecord, exc: Exception, session: int) -> None:
+        record.error = str(exc) if session == 1 else f"session {session}: {exc}"
+        self.write_results()
 
     def prompt_texts(self, server: Server) -> dict[str, str] | None:
         """The workload as the text ``server``'s engine is sent (rendered once per engine and
@@ -321,7 +332,7 @@ class Steps:
     def close(self) -> None:
         self.write_results()
         self.loop.close()
-        self.booter.close()
+        self.planner.close()
         if self.gpu_monitor is not None:
             self.gpu_monitor.close()
 
