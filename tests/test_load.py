@@ -4,12 +4,14 @@ Holm across levels, the speedup curve's crossover, baseline cells and the suite 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -414,3 +416,92 @@ def test_a_one_session_baseline_alarms_when_boots_differ() -> None:
     cal = _calibration()
     spread = cal.rates(cal.Scenario(k=1, within=0.01, between=0.02), 60, seed=23)
     assert spread.false_alarm_nights >= 0.4, spread
+
+
+# --- per-phase GPU time and gauges through the driver (a MockTransport SGLang) ----------------
+
+PHASES = "sglang:forward_execution_seconds_total"
+
+
+class FakeSGLang:
+    """An SGLang chat endpoint whose /metrics counts verify calls, generated tokens, GPU time by
+    phase (the device timer's counter) and running requests, as 0.5.17 names them."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    def page(self) -> str:
+        n, labels = self.requests, 'engine_type="unified",model_name="m"'
+        return "\n".join([
+            "# TYPE sglang:spec_verify_calls_total counter",
+            f"sglang:spec_verify_calls_total{{{labels}}} {2 * n}",
+            f'sglang:generation_tokens_total{{{labels},is_streaming="true"}} {8 * n}',
+            f'{PHASES}{{{labels},category="target_verify"}} {0.25 * n}',
+            f'{PHASES}{{{labels},category="eagle_draft"}} {0.125 * n}',
+            f'{PHASES}{{{labels},category="decode"}} 0.0',
+            f"sglang:num_running_reqs{{{labels}}} 2",
+            f"sglang:num_queue_reqs{{{labels}}} 0",
+        ]) + "\n"  # fmt: skip
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health_generate":
+            return httpx.Response(200, text="ok")
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=self.page())
+        if request.url.path != "/v1/chat/completions":
+            return httpx.Response(404)
+        self.requests += 1
+        body = "".join(
+            f"data: {json.dumps(e)}\n\n"
+            for e in ({"choices": [{"delta": {"content": "Hi there"}}]},
+                      {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 8}})
+        ) + "data: [DONE]\n\n"  # fmt: skip
+        return httpx.Response(200, content=body.encode(),
+                              headers={"content-type": "text/event-stream"})  # fmt: skip
+
+
+def test_sglang_phase_seconds_come_from_its_device_timer_counters() -> None:
+    from pytest_specdec.engines.base import parse_prometheus
+
+    fake = FakeSGLang()
+    before = parse_prometheus(fake.page())
+    fake.requests += 4
+    after = parse_prometheus(fake.page())
+    engine = SGLangEngine()
+    assert engine.phase_seconds(before, after) == {"eagle_draft": 0.5, "target_verify": 1.0}
+    assert engine.phase_seconds(after, after) == {}  # nothing ran: no phase
+    assert LlamaCppEngine().phase_seconds(before, after) == {}  # not exposed: nothing said
+
+
+def test_the_driver_records_phase_time_and_gauges_of_runs_and_rounds(tmp_path: Path) -> None:
+    from pytest_specdec.core.configs import Registry, preset_configs
+    from pytest_specdec.core.suitefile import SuiteSettings
+    from pytest_specdec.core.workloads import load_workload
+    from pytest_specdec.driver.runner import Runner, RunSettings
+    from pytest_specdec.report.load import level_notes
+
+    settings = RunSettings(
+        server_url="http://test", engine="sglang", runs=1, warmup=False, rounds=2,
+        results_path=tmp_path / "r.json", concurrency=(2,),
+    )  # fmt: skip
+    runner = Runner(settings, Registry(preset_configs()), SuiteSettings(), load_workload("seed"),
+                    transport=httpx.MockTransport(FakeSGLang()))  # fmt: skip
+    try:
+        server = runner.boot(runner.configs[0])
+        (run,) = runner.measure(server, runner.workload.prompts[0])
+        assert run.extra["phase_s"] == {"eagle_draft": 0.125, "target_verify": 0.25}
+        assert run.accept_length == 4.0  # 8 tokens over 2 verify calls
+        runner.load_level(server, 2)
+        rounds = runner.level_rounds(server, 2)
+    finally:
+        runner.close()
+    assert len(rounds) == 2
+    per_round = 2 * len(runner.workload.prompts)  # 2 clients cover the workload
+    for r in rounds:
+        assert r.engine["phase_s"] == {"eagle_draft": 0.125 * per_round,
+                                       "target_verify": 0.25 * per_round}  # fmt: skip
+        assert r.accept_length == 4.0 and r.accept_source == "metrics-delta"
+    doc = json.loads((tmp_path / "r.json").read_text())
+    notes = level_notes("baseline", doc["configs"][0])
+    spent = f"eagle_draft {125 * per_round} ms, target_verify {250 * per_round} ms"
+    assert f"baseline at 2 clients: GPU time per round by phase: {spent}" in notes

@@ -222,6 +222,10 @@ class Steps:
                     rec.extra["accept_length_metrics"] = counted
                 if stats.get("verify_steps") is not None and rec.verify_steps is None:
                     rec.verify_steps = int(stats["verify_steps"] or 0)
+                phases = getattr(engine, "phase_seconds", None)
+                spent = phases(before, after) if phases is not None else {}
+                if spent:  # GPU seconds per forward phase, where the engine times them
+                    rec.extra["phase_s"] = spent
                 per_pos = {k: v for k, v in stats.items() if k.startswith("accept_rate_pos")}
                 if per_pos:
                     rec.extra["accept_rate_per_position"] = [

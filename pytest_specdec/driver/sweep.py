@@ -107,6 +107,8 @@ class SweepSteps(Steps):
             metrics = await fetch_metrics(client)
             return gauges(metrics) if metrics is not None and gauges is not None else None
 
+        phases: dict[str, float] = {}
+
         async def measured() -> tuple[list[RunRecord], float, Counted, GaugeWatch]:
             before = await engine.spec_counters(client)
             watch, stop = GaugeWatch(), asyncio.Event()
@@ -121,6 +123,8 @@ class SweepSteps(Steps):
                 after = await engine.spec_counters(client)
                 if after is not None:
                     counted = engine.accept_from_counters(before, after)
+                    timed = getattr(engine, "phase_seconds", None)
+                    phases.update(timed(before, after) if timed is not None else {})
             return records, wall, counted, watch
 
         offset = _log_size(server.record.log_path)
@@ -128,6 +132,8 @@ class SweepSteps(Steps):
             records, wall, counted, watch = self.loop.run(measured())
         facts = {"gauge_samples": watch.samples, "max_running": watch.max_running,
                  "max_queued": watch.max_queued, **self._log_facts(server, offset)}  # fmt: skip
+        if phases:  # GPU seconds per forward phase over the round (SGLang's device timer)
+            facts["phase_s"] = phases
         if facts.get("max_queued") is None and facts.get("log_max_queued") is not None:
             facts["max_queued"] = facts["log_max_queued"]
         result = summarize_round(

@@ -406,6 +406,12 @@ class EngineBase:
         """What the engine's log says about the requests it just ran (empty: nothing known)."""
         return {}
 
+    def phase_seconds(
+        self, before: Mapping[str, float], after: Mapping[str, float]
+    ) -> dict[str, float]:
+        """GPU seconds per forward phase between two /metrics reads (empty: not exposed)."""
+        return {}
+
     # Whether ``flush`` can reset the engine's caches (prefix/KV cache, n-gram store) between
     # requests: a config's ``flush`` needs it.
     flushes = False

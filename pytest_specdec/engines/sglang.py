@@ -62,6 +62,10 @@ DECODE_LINE = re.compile(
     r"(?:.*?#queue-req: (?P<queue>\d+))?"
 )
 GRAPH_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
+# With SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (and --enable-metrics) SGLang times every forward on
+# the GPU and counts it by phase (category: decode, target_verify, eagle_draft, …).
+PHASE_TIME = "sglang:forward_execution_seconds_total"
+PHASE_LABEL = re.compile(r'[{,]category="([^"]*)"')
 NO_GRAPH_FLAGS = ("--disable-cuda-graph", "--disable-decode-cuda-graph")
 
 
@@ -270,6 +274,19 @@ class SGLangEngine(EngineBase):
             "log_max_queued": max(queues) if queues else None,
             "log_gen_tok_per_s": tputs[len(tputs) // 2],
         }
+
+    def phase_seconds(
+        self, before: Mapping[str, float], after: Mapping[str, float]
+    ) -> dict[str, float]:
+        """GPU seconds per forward phase, from the device timer's counters (summed over their
+        other labels); empty unless SGLANG_ENABLE_METRICS_DEVICE_TIMER=1."""
+        out: dict[str, float] = {}
+        for key, value in after.items():
+            match = PHASE_LABEL.search(key) if key.startswith(PHASE_TIME + "{") else None
+            if match:
+                spent = value - before.get(key, 0.0)
+                out[match.group(1)] = out.get(match.group(1), 0.0) + spent
+        return {k: v for k, v in sorted(out.items()) if v > 0}
 
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]

@@ -94,7 +94,18 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
     for lv in level_summaries(config):
         notes = observed_notes(lv) or limits.notes(lv.clients)
         out += [f"{name} at {lv.clients} clients: {n}" for n in notes]
+        phases = phase_means(rounds_of(config, lv.clients))
+        if phases:
+            spent = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in phases.items())
+            out.append(f"{name} at {lv.clients} clients: GPU time per round by phase: {spent}")
     return out
+
+
+def phase_means(rounds: Sequence[Any]) -> dict[str, float]:
+    """Mean GPU seconds per round by forward phase, over the rounds that timed them."""
+    timed = [r.engine.get("phase_s") for r in rounds if r.ok and r.engine.get("phase_s")]
+    keys = sorted({k for t in timed for k in t})
+    return {k: sum(float(t.get(k, 0.0)) for t in timed) / len(timed) for k in keys}
 
 
 def _ratio(v: Mapping[str, Any]) -> str:
