@@ -178,19 +178,23 @@ def specdec_prompt(request: pytest.FixtureRequest) -> Prompt:
     return request.param  # type: ignore[no-any-return]
 
 
+def _judged(runner: Runner, name: str) -> Judgement:
+    """The config's verdicts for its gate test; a baseline that cannot be read fails it."""
+    error = None
+    try:
+        return runner.judge_for_gate(name)
+    except BaselineError as exc:
+        error = str(exc)
+    pytest.fail(error, pytrace=False)
+
+
 def check_judgement(
     runner: Runner, name: str, record: Callable[[str, object], None] | None = None
 ) -> Judgement:
     """The per-config gate as a test outcome: skip without a baseline, fail on a failing verdict
     (tok/s or accept length, as --specdec-fail-on says). ``record`` (pytest's
     ``record_property``) gets both verdicts first, so that JUnit has them on a failure too."""
-    error = None
-    try:
-        judgement = runner.judge_for_gate(name)
-    except BaselineError as exc:
-        error = str(exc)
-    if error is not None:
-        pytest.fail(error, pytrace=False)
+    judgement = _judged(runner, name)
     if judgement.status == NO_BASELINE:
         if runner.settings.update_baselines:
             pytest.skip(f"{judgement.message.split(';')[0]}; this run creates it")
@@ -215,13 +219,7 @@ def check_load(
     baseline of another key or a failing level verdict (``--specdec-fail-on``, load family) or
     lost crossover (``crossover``); skip where nothing could be judged (the speedup curve and
     its crossover are reported whatever the test's outcome)."""
-    error = None
-    try:
-        judgement = runner.judge_for_gate(name)
-    except BaselineError as exc:
-        error = str(exc)
-    if error is not None:
-        pytest.fail(error, pytrace=False)
+    judgement = _judged(runner, name)
     load = judgement.load
     if judgement.status == MISMATCH:
         pytest.fail(judgement.message, pytrace=False)
