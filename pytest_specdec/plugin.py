@@ -60,6 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "specdec_lossless: the test compares outputs with the non-speculative "
         "reference, which is then made before the first config boots",
     )  # fmt: skip
+    config.addinivalue_line(
+        "markers", "specdec_load: the test measures or judges load levels; it runs after the "
+        "one-request tests of the same server session",
+    )  # fmt: skip
     lineage()  # exported before xdist workers or nested runs start: their engines count as ours
     state = SpecdecState(config)
     config.stash[STASH_KEY] = state
@@ -275,11 +279,14 @@ class SpecdecPlugin:
         terminal summary repeats those: the header is not shown with -q)."""
         return [f"specdec: {note}" for note in self.state.notes + self.state.broken_adapters]
 
+    @pytest.hookimpl(trylast=True)  # after pytest has grouped the tests by server session
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         """Per-config tests (no prompt or load-level parameter, e.g. the verdicts) run once,
-        after the config's last server session; their copies for earlier ones are deselected."""
+        after the config's last server session; their copies for earlier ones are deselected.
+        In each server session the load levels come last, so that the one-request
+        measurements never follow a server that thousands of requests have just filled."""
         self.state.needs_reference = any(i.get_closest_marker("specdec_lossless") for i in items)
         keep: list[pytest.Item] = []
         drop: list[pytest.Item] = []
@@ -292,7 +299,7 @@ class SpecdecPlugin:
             (drop if per_config and not last else keep).append(item)
         if drop:
             config.hook.pytest_deselected(items=drop)
-            items[:] = keep
+        items[:] = load_last(keep)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -353,6 +360,21 @@ class SpecdecPlugin:
             self.state.runner.close()
         if self.groups_dir is not None:
             shutil.rmtree(self.groups_dir, ignore_errors=True)
+
+
+def load_last(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Within each run of tests of one server session, those marked ``specdec_load`` after the
+    others (each group keeps its order)."""
+    out: list[pytest.Item] = []
+    run: list[pytest.Item] = []
+    for item in [*items, None]:
+        if run and (item is None or _slot_of(item) != _slot_of(run[0])):
+            out += [i for i in run if not i.get_closest_marker("specdec_load")]
+            out += [i for i in run if i.get_closest_marker("specdec_load")]
+            run = []
+        if item is not None:
+            run.append(item)
+    return out
 
 
 def _slot_of(item: pytest.Item) -> object:

@@ -505,3 +505,19 @@ def test_the_driver_records_phase_time_and_gauges_of_runs_and_rounds(tmp_path: P
     notes = level_notes("baseline", doc["configs"][0])
     spent = f"eagle_draft {125 * per_round} ms, target_verify {250 * per_round} ms"
     assert f"baseline at 2 clients: GPU time per round by phase: {spent}" in notes
+
+
+def test_load_levels_run_after_the_one_request_tests_of_each_server_session(
+    suite_project: pytest.Pytester,
+) -> None:
+    result = suite_project.runpytest(
+        "suites", "--collect-only", "-q", "--spec-config", "baseline,draft-d16",
+        "--specdec-concurrency", "1,2", "--specdec-sessions", "2", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    ids = [line for line in result.outlines if "::" in line]
+    for slot in ("baseline", "draft-d16", "baseline@2", "draft-d16@2"):
+        mine = [i for i in ids if f"[{slot}-" in i or i.endswith(f"[{slot}]")]
+        first_load = min(n for n, i in enumerate(mine) if "test_concurrency.py" in i)
+        assert first_load == len(mine) - sum("test_concurrency.py" in i for i in mine), mine
+        assert all("test_concurrency.py" in i for i in mine[first_load:])
+    assert "test_load_verdict[draft-d16@2]" in ids[-1]  # per-config: the last session only

@@ -22,6 +22,7 @@ from pytest_specdec.driver.runner import Runner, Server
 from pytest_specdec.plugin import check_load
 
 Record = Callable[[str, object], None]
+pytestmark = pytest.mark.specdec_load
 
 
 def test_concurrency(specdec: Runner, specdec_server: Server, specdec_clients: int) -> None:
