@@ -318,7 +318,8 @@ def test_nightly_steps() -> None:
 def test_nightly_merged_report_and_history() -> None:
     doc = by_name("nightly-gpu.yml")
     report = doc["jobs"]["report"]
-    assert report["needs"] == "benchmark" and "always()" in report["if"]
+    assert report["needs"] == ["plan", "benchmark"] and "always()" in report["if"]
+    assert "needs.plan.result == 'success'" in report["if"]  # not on a bisect dispatch
     download = _step(doc, "report", "actions/download-artifact")
     assert download["with"]["pattern"] == "specdec-*"  # every runner's artifact
     merge = _step(doc, "report", "specdec report merge")["run"]
@@ -622,6 +623,17 @@ def test_nightly_dispatch_can_bisect() -> None:
     assert {"bisect_refs", "bisect_config"} <= set(dispatch_inputs(doc))
     job = doc["jobs"]["bisect"]
     assert "inputs.bisect_refs != ''" in job["if"] and "workflow_dispatch" in job["if"]
+    # instead of the nightly: the plan job runs on the negation of the bisect job's condition,
+    # and the jobs that need it are skipped with it
+    assert job["if"] == (
+        "github.event_name == 'workflow_dispatch' && inputs.bisect_refs != '' "
+        "&& inputs.bisect_config != ''"
+    )
+    assert doc["jobs"]["plan"]["if"] == (
+        "github.event_name != 'workflow_dispatch' || inputs.bisect_refs == '' "
+        "|| inputs.bisect_config == ''"
+    )
+    assert doc["jobs"]["benchmark"]["needs"] == "plan" and "plan" in doc["jobs"]["report"]["needs"]
     run = _step(doc, "bisect", "specdec bisect")["run"]
     for part in (
         "--candidates results/bisect/candidates.toml",

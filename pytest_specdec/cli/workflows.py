@@ -21,6 +21,13 @@ from pytest_specdec.cli.layout import Layout
 OWN_LABELS = '["self-hosted", "linux", "gpu", "h200"]'
 NIGHTLY_COMMENT = "  # The nightly set (`specdec init --configs`); a dispatch may name others."
 OWN_INSTALL = 'python -m pip install --disable-pip-version-check -e ".[dev]"'
+# The plan job's condition that leaves the nightly to a bisect dispatch (no bisect job there).
+NOT_BISECT = (
+    "    # A bisect dispatch runs the bisect job instead of the nightly (the negation of\n"
+    "    # its condition); the jobs that need this one are skipped with it.\n"
+    "    if: github.event_name != 'workflow_dispatch' || inputs.bisect_refs == ''"
+    " || inputs.bisect_config == ''\n"
+)
 
 
 class TemplateError(RuntimeError):
@@ -115,6 +122,7 @@ def nightly(layout: Layout) -> str:
     return apply(name, text, [
         Edit(header, nightly_header(layout)),
         Edit(own_set, f"{NIGHTLY_COMMENT}\n  NIGHTLY_CONFIGS: {configs}"),
+        Edit(NOT_BISECT, ""),
         *shared_edits(layout, 1),
         Edit("inputs.engine || 'sglang'", f"inputs.engine || '{layout.engine}'", 3),
         Edit('".[site]"', f'"pytest-specdec[site]=={layout.version}"'),
