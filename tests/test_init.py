@@ -4,7 +4,10 @@ overwrites a file, and what it writes passes the checks this repository's workfl
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +21,14 @@ from test_workflows import (
     check_checkouts,
     check_configs,
     check_flags,
+    check_load_job,
     check_pins,
     check_privilege,
     check_secrets,
     check_structure,
     expressions_in_scripts,
+    load_command,
+    run_plan,
     zizmor,
     zizmor_findings,
 )
@@ -31,8 +37,8 @@ from pytest_specdec import __version__
 from pytest_specdec.cli import main
 from pytest_specdec.cli import workflows as workflow_module
 from pytest_specdec.cli.layout import Layout, suite_tests
-from pytest_specdec.cli.workflows import TemplateError, workflows
-from pytest_specdec.core.configs import load_registry
+from pytest_specdec.cli.workflows import TemplateError, load_configs, workflows
+from pytest_specdec.core.configs import load_registry, preset_configs
 from pytest_specdec.core.suitefile import builtin_suite_file, load_suite_settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,6 +88,8 @@ def test_init_writes_the_layout(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert load_registry(list(suite.files)).resolve("dflash-b16", "sglang")
     nightly = yaml.safe_load((tmp_path / ".github/workflows/nightly-gpu.yml").read_text())
     assert nightly["env"]["NIGHTLY_CONFIGS"] == "baseline,ngram,standalone-d16,dflash-b16"
+    # SGLang's ngram resets its n-gram store per request, which a load level does not do
+    assert nightly["env"]["NIGHTLY_LOAD_CONFIGS"] == "baseline,standalone-d16,dflash-b16"
     assert (tmp_path / "baselines" / ".gitkeep").read_text() == ""
 
 
@@ -93,6 +101,7 @@ def test_the_suite_file_leaves_placeholders_where_nothing_was_given(tmp_path: Pa
     assert "# target = " in text and "# drafts = { draft = " in text
     nightly = yaml.safe_load((tmp_path / ".github/workflows/nightly-gpu.yml").read_text())
     assert nightly["env"]["NIGHTLY_CONFIGS"] == "baseline,ngram"  # no draft model given
+    assert nightly["env"]["NIGHTLY_LOAD_CONFIGS"] == "baseline,ngram"  # llama.cpp: no flush
 
 
 def test_init_never_overwrites_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -175,6 +184,8 @@ def test_written_workflows_pass_the_repositorys_checks(layout: Layout) -> None:
         check_configs(name, doc)
         check_privilege(name, doc, grants[name])
         check_secrets(name, doc, secrets[name])
+        if name == "nightly-gpu.yml":
+            check_load_job(doc)
         assert expressions_in_scripts(doc) == []
         assert "-e " not in text and "scripts/" not in text and "h200" not in text
         assert f'"pytest-specdec=={__version__}"' in text
@@ -182,6 +193,69 @@ def test_written_workflows_pass_the_repositorys_checks(layout: Layout) -> None:
         header = text.split("\non:")[0]
         for variable in set(re.findall(r"vars\.(\w+)", text)):
             assert variable in header, f"{name}: vars.{variable} is not named in its header"
+
+
+def night_value(text: str, outputs: dict[str, str]) -> str:
+    """An env value as a scheduled night without variables sets it: ``a || 'b'`` is ``b``, a
+    plan output is the plan's, a variable alone is empty."""
+    needed = re.fullmatch(r"\$\{\{ needs\.plan\.outputs\.(\w+) \}\}", text)
+    if needed:
+        return outputs[needed[1]]
+    default = re.search(r"\|\| '?([^'|]*?)'? \}\}$", text)
+    if default:
+        return default[1]
+    return "" if "${{" in text else text
+
+
+def job_defaults(doc: dict[str, Any], job: str, outputs: dict[str, str]) -> dict[str, str]:
+    return {k: night_value(str(v), outputs) for k, v in doc["jobs"][job]["env"].items()}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_the_written_load_job_names_its_levels(layout: Layout, tmp_path: Path) -> None:
+    """The user's suite file has no load levels, so the load job names them; it measures at
+    the suite's own output length (its sessions join the suite's baselines), its load set is
+    the plain config and the nightly set's speculative presets that keep their caches."""
+    doc: dict[str, Any] = yaml.safe_load(workflows(layout)[".github/workflows/nightly-gpu.yml"])
+    env = job_defaults(doc, "load", run_plan(doc, tmp_path))
+    assert env["SPECDEC_LOAD_SUITE_FILE"] == "suites/specdec.toml"
+    assert env["SPECDEC_LOAD_LEVELS"] == "1,4,16,64" and env["SPECDEC_LOAD_SESSIONS"] == "2"
+    assert env["SPECDEC_LOAD_FAIL_ON"] == "regressed,crossover"
+    assert '--specdec-concurrency "$SPECDEC_LOAD_LEVELS"' in load_command(doc)
+    assert "--specdec-max-tokens" not in load_command(doc)
+    names = load_configs(layout)
+    assert env["SPECDEC_LOAD_CONFIGS"] == ",".join(names) == doc["env"]["NIGHTLY_LOAD_CONFIGS"]
+    presets = {c.name: c for c in preset_configs() if c.engine == layout.engine}
+    assert names[0] == "baseline" and not presets["baseline"].speculative
+    assert all(presets[n].speculative and not presets[n].flush for n in names[1:])
+    assert set(names[1:]) <= set(layout.nightly_configs())
+
+
+def test_the_written_load_command_runs_in_the_written_layout(tmp_path: Path) -> None:
+    """The load job's own command line, with the values a night without variables gives it,
+    collects the load levels in a folder `specdec init` laid out (but --specdec-require-gpu,
+    which stops a run on a machine without a GPU at once)."""
+    argv = ["init", str(tmp_path), "--engine", "sglang", "--model", "org/target",
+            "--draft-model", "/models/draft"]  # fmt: skip
+    assert main(argv) == 0
+    assert load_suite_settings(tmp_path / "suites" / "specdec.toml").concurrency == ()
+    doc: dict[str, Any] = yaml.safe_load(
+        (tmp_path / ".github/workflows/nightly-gpu.yml").read_text()
+    )
+    env = job_defaults(doc, "load", run_plan(doc, tmp_path))
+    assert env["SPECDEC_LOAD_CONFIGS"] == "baseline,standalone-d16"
+    wrapper = (
+        'pytest() { local a=(); for x in "$@"; do [[ $x == --specdec-require-gpu ]] || a+=("$x");'
+        ' done; "$PYTHON" -m pytest "${a[@]}" --collect-only -q -p no:cacheprovider; }\n'
+    )
+    done = subprocess.run(
+        ["bash", "-e", "-c", wrapper + load_command(doc)], cwd=tmp_path, capture_output=True,
+        text=True, timeout=120, check=False, env={**os.environ, **env, "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for item in ("test_concurrency[baseline-c1]", "test_concurrency[standalone-d16@2-c64]",
+                 "test_load_verdict[standalone-d16@2]"):  # fmt: skip
+        assert f"suites/test_concurrency.py::{item}" in done.stdout, done.stdout
 
 
 def write_workflows(folder: Path) -> list[Path]:

@@ -10,6 +10,7 @@ more than a failed night.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -25,7 +26,9 @@ import yaml
 from tests_support import missing
 
 from pytest_specdec.core.configs import PRESET_ENGINES, preset_configs
+from pytest_specdec.core.suitefile import load_suite_settings
 from pytest_specdec.options import PYTEST_OPTIONS
+from pytest_specdec.verdict.baselines import load_baseline
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW_DIR = REPO / ".github" / "workflows"
@@ -280,6 +283,7 @@ def test_the_nightly_set() -> None:
     on = triggers(doc)
     assert on["schedule"] and "workflow_dispatch" in on
     assert {"configs", "engine", "runs", "sessions", "runner_labels"} <= set(dispatch_inputs(doc))
+    assert {"load_levels", "load_sessions"} <= set(dispatch_inputs(doc))
     job = doc["jobs"]["benchmark"]
     assert job["strategy"]["fail-fast"] is False
     assert "runner_labels" in job["runs-on"] and "SPECDEC_GPU_RUNNER_LABELS" in job["runs-on"]
@@ -318,10 +322,11 @@ def test_nightly_steps() -> None:
 def test_nightly_merged_report_and_history() -> None:
     doc = by_name("nightly-gpu.yml")
     report = doc["jobs"]["report"]
-    assert report["needs"] == "benchmark" and "always()" in report["if"]
+    assert report["needs"] == ["plan", "benchmark", "load"] and "always()" in report["if"]
+    assert "needs.plan.result == 'success'" in report["if"]  # not on a bisect dispatch
     download = _step(doc, "report", "actions/download-artifact")
     assert download["with"]["pattern"] == "specdec-*"  # every runner's artifact
-    merge = _step(doc, "report", "specdec report merge")["run"]
+    merge = _step(doc, "report", "specdec report merge artifacts/")["run"]
     assert "specdec report merge artifacts/" in merge and '>> "$GITHUB_STEP_SUMMARY"' in merge
     history = _step(doc, "report", "specdec history")["run"]
     assert "--results artifacts/" in history
@@ -360,6 +365,163 @@ def test_nightly_dashboard() -> None:
     )
 
 
+# The load job's budget, from the H200 night (docs/gpu-run.md, "A seventh H200"): a config's
+# whole curve (1, 4, 16 and 64 clients, 4 rounds a level, 128 tokens) cost 2.3 to 3.6
+# GPU-minutes per server session, boot included; its suite step gets the worst case and half.
+LOAD_MINUTES = 3.6
+LOAD_MARGIN = 1.5
+
+
+def run_plan(doc: dict[str, Any], tmp_path: Path, **env: str) -> dict[str, str]:
+    """The plan job's script run as the runner runs it (``shell: python``): its outputs."""
+    step = doc["jobs"]["plan"]["steps"][0]
+    assert step["shell"] == "python"
+    out = tmp_path / "github_output"
+    out.write_text("")
+    given = {**os.environ, **doc["env"], "GITHUB_OUTPUT": str(out), **env}
+    done = subprocess.run(
+        [sys.executable, "-c", step["run"]], env=given, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(line.split("=", 1) for line in out.read_text().splitlines())
+
+
+def load_command(doc: dict[str, Any]) -> str:
+    return str(_step(doc, "load", "pytest suites/test_concurrency.py")["run"])
+
+
+def check_load_job(doc: dict[str, Any]) -> None:
+    """The load job of nightly-gpu.yml (here and as `specdec init` writes it): one job, not a
+    matrix, beside the benchmark matrix on its runners; the suite of load levels with the
+    plain config in the same run, results where the report finds them."""
+    jobs = doc["jobs"]
+    job = jobs["load"]
+    assert "strategy" not in job  # the crossover needs the plain config in the same run
+    assert job["needs"] == "plan" and job["runs-on"] == jobs["benchmark"]["runs-on"]
+    assert job["if"] == "github.event_name != 'workflow_dispatch' || inputs.load_levels"
+    load_levels = dispatch_inputs(doc)["load_levels"]
+    assert load_levels["type"] == "boolean" and load_levels["default"] is True
+    env = job["env"]
+    assert env["SPECDEC_LOAD_CONFIGS"] == "${{ needs.plan.outputs.load_configs }}"
+    assert "vars.SPECDEC_LOAD_SUITE_FILE" in env["SPECDEC_LOAD_SUITE_FILE"]
+    assert "inputs.load_sessions || vars.SPECDEC_LOAD_SESSIONS" in env["SPECDEC_LOAD_SESSIONS"]
+    assert "vars.SPECDEC_LOAD_FAIL_ON || 'regressed,crossover'" in env["SPECDEC_LOAD_FAIL_ON"]
+    lint = _step(doc, "load", "specdec configs lint")["run"]
+    assert '<<<"$SPECDEC_LOAD_CONFIGS"' in lint  # one name a call
+    assert 'specdec configs lint --engine "$SPECDEC_ENGINE" "$name"' in lint
+    suite = load_command(doc)
+    assert suite.startswith("pytest suites/test_concurrency.py ")
+    for part in (
+        '--specdec-suite-file "$SPECDEC_LOAD_SUITE_FILE"',
+        '--specdec-engine "$SPECDEC_ENGINE"',
+        '--spec-config "$SPECDEC_LOAD_CONFIGS"',
+        '--specdec-sessions "$SPECDEC_LOAD_SESSIONS"',
+        "--specdec-require-gpu",
+        '--specdec-fail-on "$SPECDEC_LOAD_FAIL_ON"',
+        "--specdec-provisional report",
+        "--specdec-results results/load.json",
+        "--junitxml results/load.xml",
+    ):
+        assert part in suite, part
+    upload = _step(doc, "load", "actions/upload-artifact")
+    assert "always()" in upload["if"] and upload["with"]["path"].rstrip("/") == "results"
+    name = upload["with"]["name"]
+    assert name.startswith("specdec-load-")
+    pattern = _step(doc, "report", "actions/download-artifact")["with"]["pattern"]
+    assert fnmatch.fnmatchcase(name, pattern)  # the report downloads it
+    summary = _step(doc, "load", "report markdown")
+    assert "always()" in summary["if"] and summary["continue-on-error"] is True
+    assert "report markdown results/load.json" in summary["run"]
+    assert job["timeout-minutes"] > _step(doc, "load", "pytest suites")["timeout-minutes"]
+    # the report: the load levels merged apart, on the dashboard with the rest
+    assert "load" in jobs["report"]["needs"]
+    apart = _step(doc, "report", "specdec-load-*")["run"]
+    assert "artifacts/specdec-load-*/" in apart and "LOAD_RESULTS=" in apart
+    merge = _step(doc, "report", 'specdec report merge "$LOAD_RESULTS"')
+    assert merge["if"] == "env.LOAD_RESULTS" and "--json merged-load.json" in merge["run"]
+    site = _step(doc, "report", "specdec report site")["run"]
+    assert '${LOAD_RESULTS:+"$LOAD_RESULTS"}' in site
+    uploads = [
+        s for j, _, s in steps(doc) if j == "report" and "upload-artifact" in s.get("uses", "")
+    ]
+    merged = [s["with"] for s in uploads if s["with"]["name"] == "specdec-merged-report"]
+    assert len(merged) == 1 and merged[0]["path"].split() == ["merged.json", "merged-load.json"]
+
+
+def test_nightly_load_levels() -> None:
+    doc = by_name("nightly-gpu.yml")
+    check_load_job(doc)
+    env = doc["jobs"]["load"]["env"]
+    assert "'suites/specdec-gpu-load.toml'" in env["SPECDEC_LOAD_SUITE_FILE"]
+    # the levels are the suite file's, unless the variable names others
+    assert env["SPECDEC_LOAD_LEVELS"] == "${{ vars.SPECDEC_LOAD_LEVELS }}"
+    assert '${SPECDEC_LOAD_LEVELS:+--specdec-concurrency "$SPECDEC_LOAD_LEVELS"}' in (
+        load_command(doc)
+    )
+
+
+def test_the_load_set_is_measured_with_the_plain_config(tmp_path: Path) -> None:
+    """The load set is baseline and the nightly set's speculative configs but ngram, whose
+    n-gram store a load level does not reset between requests; whatever a dispatch or the
+    variable names, the plain config is measured first, in the same run."""
+    doc = by_name("nightly-gpu.yml")
+    names = doc["env"]["NIGHTLY_LOAD_CONFIGS"].split(",")
+    nightly = doc["env"]["NIGHTLY_CONFIGS"].split(",")
+    presets = {c.name: c for c in preset_configs() if c.engine == "sglang"}
+    assert names[0] == "baseline" and not presets["baseline"].speculative
+    assert names[1:] == [n for n in nightly if presets[n].speculative and not presets[n].flush]
+    assert "ngram" in nightly and presets["ngram"].flush == "run"
+    plan = run_plan(doc, tmp_path)
+    assert json.loads(plan["configs"]) == nightly and plan["load_configs"] == ",".join(names)
+    assert run_plan(doc, tmp_path, LOAD_CONFIGS="eagle3, dflash-b16")["load_configs"] == (
+        "baseline,eagle3,dflash-b16"
+    )
+    dispatched = run_plan(doc, tmp_path, CONFIGS="ddtree-b15,baseline", LOAD_CONFIGS="eagle3")
+    assert json.loads(dispatched["configs"]) == ["ddtree-b15", "baseline"]
+    assert dispatched["load_configs"] == "baseline,ddtree-b15"
+
+
+def test_the_load_defaults_fit_the_load_baselines() -> None:
+    """The load suite file gives the levels and the baseline folder, where each config of the
+    load set has its levels stored, measured at the output length the job asks for (part of
+    the baseline key: another length would be refused)."""
+    doc = by_name("nightly-gpu.yml")
+    suite = load_suite_settings(REPO / "suites" / "specdec-gpu-load.toml")
+    assert suite.concurrency == (1, 4, 16, 64) and suite.rounds == 4
+    assert suite.baseline_dir == "baselines/load"
+    tokens = re.search(r"--specdec-max-tokens (\d+)", load_command(doc))
+    assert tokens, "the load job names the output length of its baselines"
+    for name in doc["env"]["NIGHTLY_LOAD_CONFIGS"].split(","):
+        files = sorted((REPO / suite.baseline_dir).glob(f"*/sglang/{name}--*.json"))
+        assert files, f"{name}: no load baseline in {suite.baseline_dir}"
+        for path in files:
+            baseline = load_baseline(path)
+            assert baseline is not None and baseline.key["max_tokens"] == int(tokens[1])
+            assert all(baseline.level_cells(n) for n in suite.concurrency), path
+
+
+def test_the_load_budget() -> None:
+    """timeout-minutes states the budget: the load set x the default sessions x the H200's
+    worst minutes per curve, with half again for the suite step, and room for the rest."""
+    doc = by_name("nightly-gpu.yml")
+    job = doc["jobs"]["load"]
+    configs = len(doc["env"]["NIGHTLY_LOAD_CONFIGS"].split(","))
+    sessions = re.fullmatch(r"\$\{\{ .* \|\| (\d+) \}\}", job["env"]["SPECDEC_LOAD_SESSIONS"])
+    assert sessions and int(sessions[1]) >= 2  # a one-session night judges boots apart
+    worst = configs * int(sessions[1]) * LOAD_MINUTES
+    step = _step(doc, "load", "pytest suites")["timeout-minutes"]
+    assert worst * LOAD_MARGIN <= step < worst * LOAD_MARGIN + 5, (worst, step)
+    assert job["timeout-minutes"] == step + 15  # the environment, the install, the lint
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=workflow_ids(WORKFLOWS))
+def test_variables_are_named_in_the_header(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    header = text.split("\non:")[0]
+    unnamed = sorted({v for v in re.findall(r"vars\.(\w+)", text) if v not in header})
+    assert not unnamed, f"{path.name}: name {unnamed} in the comment at its top"
+
+
 def test_update_baselines() -> None:
     doc = by_name("update-baselines.yml")
     assert set(triggers(doc)) == {"workflow_dispatch"}
@@ -379,6 +541,7 @@ GRANTS = {
     "nightly-gpu.yml": {
         "plan": {},
         "benchmark": {"contents": "read"},
+        "load": {"contents": "read"},
         "report": {"contents": "read"},
         "pages": {"pages": "write", "id-token": "write"},  # publishing to GitHub Pages
         "bisect": {"contents": "read"},
@@ -404,11 +567,14 @@ def check_privilege(name: str, doc: dict[str, Any], grants: Any) -> None:
 
 
 # The steps given the HF_TOKEN secret: those that run the engine (its flag lint, the suite,
-# the bisect), never the dependency installs or the third-party actions beside them.
+# the load levels, the bisect), never the dependency installs or the third-party actions beside
+# them.
 SECRET_STEPS = {
     "nightly-gpu.yml": [
         ("benchmark", "Lint the config against the installed engine"),
         ("benchmark", "Benchmark against the baseline"),
+        ("load", "Lint the configs against the installed engine"),
+        ("load", "Load levels against the baselines, speedups against the plain config"),
         ("bisect", "Bisect between the last good night's engine and tonight's"),
     ],
     "update-baselines.yml": [
@@ -622,6 +788,17 @@ def test_nightly_dispatch_can_bisect() -> None:
     assert {"bisect_refs", "bisect_config"} <= set(dispatch_inputs(doc))
     job = doc["jobs"]["bisect"]
     assert "inputs.bisect_refs != ''" in job["if"] and "workflow_dispatch" in job["if"]
+    # instead of the nightly: the plan job runs on the negation of the bisect job's condition,
+    # and the jobs that need it are skipped with it
+    assert job["if"] == (
+        "github.event_name == 'workflow_dispatch' && inputs.bisect_refs != '' "
+        "&& inputs.bisect_config != ''"
+    )
+    assert doc["jobs"]["plan"]["if"] == (
+        "github.event_name != 'workflow_dispatch' || inputs.bisect_refs == '' "
+        "|| inputs.bisect_config == ''"
+    )
+    assert doc["jobs"]["benchmark"]["needs"] == "plan" and "plan" in doc["jobs"]["report"]["needs"]
     run = _step(doc, "bisect", "specdec bisect")["run"]
     for part in (
         "--candidates results/bisect/candidates.toml",
