@@ -30,9 +30,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import dflash_drafter
-import hf_layout
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
+from specdec_lab.models import hf_layout
+from specdec_lab.training import dflash as dflash_drafter
 
 
 def served_way(

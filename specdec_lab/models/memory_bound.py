@@ -41,10 +41,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-import hf_layout  # noqa: E402  (scripts/hf_layout.py, beside this file)
-
-from pytest_specdec.core.modelfile import cache_root, sha256_of  # noqa: E402
+from pytest_specdec.core.modelfile import cache_root, sha256_of
+from specdec_lab.models import hf_layout
 
 GENERATOR = "pytest-specdec make-memory-bound-models 1"
 BASE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

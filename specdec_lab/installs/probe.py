@@ -20,7 +20,6 @@ import zipfile
 from pathlib import Path
 from typing import IO, Any, cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
 from pytest_specdec.core.modelfile import sha256_of
 
 sha256 = sha256_of  # one file hashing routine for the package and the wheelhouse

@@ -64,12 +64,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # beside this file
-import hf_layout
-import sglang_drafters
+from specdec_lab.drafters import seeded as sglang_drafters
+from specdec_lab.models import hf_layout
 
 GENERATOR = "pytest-specdec make-dflash-drafter 4"
-PROMPTS = Path(__file__).resolve().parent.parent / "pytest_specdec" / "prompts"  # the suite's
+PROMPTS = Path(__file__).resolve().parents[2] / "pytest_specdec" / "prompts"  # the suite's
 
 # --- prompts of the suite's kinds -----------------------------------------------------------
 

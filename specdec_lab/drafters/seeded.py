@@ -33,8 +33,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # hf_layout.py, beside this file
-import hf_layout
+from specdec_lab.models import hf_layout
 
 GENERATOR = "pytest-specdec make-sglang-drafters 2"
 KINDS = {"dflash": 0, "eagle3": 1}

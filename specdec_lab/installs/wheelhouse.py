@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """sglang-wheelhouse: SGLang for an air-gapped GPU runner, from wheels fetched where PyPI is.
 
 resolve (pip's resolver for the runner's Python and platform, held to its freeze), probe (the start
-set: sglang_probe.py), download (the start-set wheels the runner lacks, hashed, manifest.json),
+set: installs/probe.py), download (the start-set wheels the runner lacks, hashed, manifest.json),
 check (the manifest's files, whole, nothing else), install (on the runner). Torch, torchvision,
 torchaudio, triton, CUDA libraries (nvidia-*, cuda-*) are the runner's: never replaced or fetched.
 """
@@ -24,15 +23,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import sglang_probe as sp
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
-from sglang_probe import UsageError, load_json, write_json
+
+from specdec_lab.installs import probe as sp
+from specdec_lab.installs.probe import UsageError, load_json, write_json
 
 Entry = dict[str, Any]
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[2] / "scripts"  # the committed start sets
 DEFAULT_SGLANG = "0.5.17"
 PROTECTED = {"torch", "torchvision", "torchaudio", "triton"}
 MAX_RETRIES = 40

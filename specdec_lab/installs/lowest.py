@@ -6,7 +6,7 @@ this interpreter is left out. ``nox -s oldest`` installs with the result, so a l
 that is no longer true (an API the code uses that the bound lacks, a release with no wheel
 for this Python) fails there and not on a user's machine.
 
-    python scripts/lowest_constraints.py [--pyproject pyproject.toml] [--extra dev] > low.txt
+    python -m specdec_lab.installs.lowest [--pyproject pyproject.toml] [--extra dev] > low.txt
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Training: a DFLASH drafter distilled from its target (``scripts/make-dflash-drafter``)."""
