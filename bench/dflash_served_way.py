@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
-from specdec_lab.models import hf_layout
+from specdec_lab.formats import folder
 from specdec_lab.training import dflash as dflash_drafter
 
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    sidecar = json.loads((args.drafter / hf_layout.SIDECAR).read_text(encoding="utf-8"))
+    sidecar = json.loads((args.drafter / folder.SIDECAR).read_text(encoding="utf-8"))
     fields = dflash_drafter.Recipe.__dataclass_fields__
     given = {k: tuple(v) if isinstance(v, list) else v
              for k, v in sidecar["recipe"].items() if k in fields and k != "generator"}  # fmt: skip
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     embed, head = dflash_drafter.target_lookup(torch, model)
     config = json.loads((args.drafter / "config.json").read_text(encoding="utf-8"))
     drafter = dflash_drafter.build_modules(torch)(config)
-    weights = hf_layout.read_safetensors(args.drafter / hf_layout.SAFETENSORS)
+    weights = folder.read_safetensors(args.drafter / folder.SAFETENSORS)
     drafter.load_state_dict({k: torch.from_numpy(v.astype("float32")) for k, v in weights})
     rows = torch.arange(len(texts))
     trained = dflash_drafter.evaluate(torch, drafter, data, rows, recipe, embed, head)

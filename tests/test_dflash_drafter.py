@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from specdec_lab.drafters import seeded as sglang_drafters
-from specdec_lab.models import hf_layout
+from specdec_lab.formats.folder import SAFETENSORS, SIDECAR, read_safetensors
 from specdec_lab.training import dflash as dflash_drafter
 
 REPO = Path(__file__).resolve().parent.parent
@@ -174,7 +174,7 @@ def trained(sglang_python: str, smollm2_hf: Path, tmp_path_factory: pytest.TempP
     done = _train(sglang_python, smollm2_hf, out)
     assert done.returncode == 0, done.stderr[-3000:]
     folder = Path(done.stdout.strip().splitlines()[-1])
-    return folder, json.loads((folder / hf_layout.SIDECAR).read_text()), sglang_python
+    return folder, json.loads((folder / SIDECAR).read_text()), sglang_python
 
 
 def test_the_drafter_has_the_names_shapes_and_config_sglang_loads(
@@ -186,7 +186,7 @@ def test_the_drafter_has_the_names_shapes_and_config_sglang_loads(
     want_config, want_shapes = sglang_drafters.dflash(target, 16, 96, 2, [3, 15, 27])
     config = json.loads((folder / "config.json").read_text())
     assert config == want_config
-    tensors = dict(hf_layout.read_safetensors(folder / hf_layout.SAFETENSORS))
+    tensors = dict(read_safetensors(folder / SAFETENSORS))
     assert {name: tuple(t.shape) for name, t in tensors.items()} == want_shapes
     assert all(str(t.dtype) == "float16" for t in tensors.values())
     assert not any(name.startswith(("embed", "lm_head")) for name in tensors)  # the target's
@@ -256,7 +256,7 @@ def test_same_recipe_is_kept_and_same_seed_gives_the_same_bytes(
     assert again.returncode == 0 and "up to date" in again.stderr
     other = _train(python, smollm2_hf, tmp_path)
     assert other.returncode == 0, other.stderr[-3000:]
-    twin = json.loads((Path(other.stdout.split()[-1]) / hf_layout.SIDECAR).read_text())
+    twin = json.loads((Path(other.stdout.split()[-1]) / SIDECAR).read_text())
     assert twin["sha256"] == sidecar["sha256"]
 
 
@@ -265,7 +265,7 @@ def test_the_chart_draws_loss_and_accept_length(
 ) -> None:
     folder = trained[0]
     out = tmp_path / "chart.svg"
-    done = run_script(sys.executable, "chart", str(folder / hf_layout.SIDECAR), str(out))
+    done = run_script(sys.executable, "chart", str(folder / SIDECAR), str(out))
     assert done.returncode == 0, done.stderr
     svg = out.read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 3

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec_lab.models import hf_layout
+from specdec_lab.formats import folder
 
 GENERATOR = "pytest-specdec make-sglang-drafters 2"
 KINDS = {"dflash": 0, "eagle3": 1}
@@ -198,7 +198,7 @@ def write_weights(out: Path, config: dict[str, Any], arrays: Mapping[str, np.nda
     order; none left half-written); returns the weights' sha256."""
     out.mkdir(parents=True, exist_ok=True)
     entries = [(n, a.shape, a.dtype) for n, a in arrays.items()]
-    writer = hf_layout.SafetensorsWriter(out / hf_layout.SAFETENSORS, entries, {"format": "pt"})
+    writer = folder.SafetensorsWriter(out / folder.SAFETENSORS, entries, {"format": "pt"})
     try:
         for name, array in arrays.items():
             writer.write(name, array)
@@ -206,8 +206,8 @@ def write_weights(out: Path, config: dict[str, Any], arrays: Mapping[str, np.nda
         writer.abort()
         raise
     writer.close()
-    hf_layout.write_json(out / "config.json", config)
-    return hashlib.sha256((out / hf_layout.SAFETENSORS).read_bytes()).hexdigest()
+    folder.write_json(out / "config.json", config)
+    return hashlib.sha256((out / folder.SAFETENSORS).read_bytes()).hexdigest()
 
 
 def write(out: Path, kind: str, config: dict[str, Any], shapes: Shapes, seed: int) -> str:
@@ -235,11 +235,11 @@ def make(target: Path, out_dir: Path, kind: str, args: argparse.Namespace) -> Pa
         "block_size": args.block_size if kind == "dflash" else None,
         "target_config": target_config,
     }
-    sidecar = out / hf_layout.SIDECAR
+    sidecar = out / folder.SIDECAR
     if sidecar.is_file() and json.loads(sidecar.read_text()).get("recipe") == recipe:
         return out
     digest = write(out, kind, config, shapes, args.seed)
-    hf_layout.write_json(
+    folder.write_json(
         sidecar,
         {
             "recipe": recipe,

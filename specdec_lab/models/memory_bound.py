@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from pytest_specdec.core.modelfile import cache_root, sha256_of
+from specdec_lab.formats.folder import SAFETENSORS, SIDECAR, SafetensorsWriter, write_json
 from specdec_lab.models import hf_layout
 
 GENERATOR = "pytest-specdec make-memory-bound-models 1"
@@ -207,12 +208,12 @@ def _n_ff(recipe: Recipe) -> int:
     return int(_BASE["reader"].fields["llama.feed_forward_length"].contents()) + recipe.extra
 
 
-def _hf_writer(folder: Path, recipe: Recipe) -> hf_layout.SafetensorsWriter:
+def _hf_writer(folder: Path, recipe: Recipe) -> SafetensorsWriter:
     folder.mkdir(parents=True, exist_ok=True)
     entries = [(hf_layout.hf_name(n), _shape(n, recipe), _dtype(_shape(n, recipe)))
                for n in _BASE["order"]]  # fmt: skip
     meta = {"format": "pt", "specdec.recipe": json.dumps(asdict(recipe), sort_keys=True)}
-    return hf_layout.SafetensorsWriter(folder / hf_layout.SAFETENSORS, entries, meta)
+    return SafetensorsWriter(folder / SAFETENSORS, entries, meta)
 
 
 def _finish_hf(folder: Path, recipe: Recipe) -> None:
@@ -222,7 +223,7 @@ def _finish_hf(folder: Path, recipe: Recipe) -> None:
     vocab = int(_BASE["tensors"]["token_embd.weight"].shape[0])
     tied = "output.weight" not in _BASE["tensors"]
     config = hf_layout.hf_config(metadata, vocab, _n_ff(recipe), tied)
-    hf_layout.write_json(folder / "config.json", config)
+    write_json(folder / "config.json", config)
     hf_layout.write_tokenizer(_BASE["path"], folder)
 
 
@@ -254,7 +255,7 @@ def write_model(outs: dict[str, Path], recipe: Recipe, jobs: int) -> dict[str, A
         os.replace(gguf_part, outs["gguf"])
         record["size"] = outs["gguf"].stat().st_size
     if hf is not None:
-        weights = outs["hf"] / hf_layout.SAFETENSORS
+        weights = outs["hf"] / SAFETENSORS
         record["hf"] = {"sha256": sha256_of(weights), "size": weights.stat().st_size}
     return record
 
@@ -291,11 +292,11 @@ def hf_dir_for(gguf_path: Path) -> Path:
 
 
 def _sidecar(fmt: str, path: Path) -> Path:
-    return path / hf_layout.SIDECAR if fmt == "hf" else path.with_name(path.name + ".json")
+    return path / SIDECAR if fmt == "hf" else path.with_name(path.name + ".json")
 
 
 def _weights_size(fmt: str, path: Path) -> int | None:
-    weights = path / hf_layout.SAFETENSORS if fmt == "hf" else path
+    weights = path / SAFETENSORS if fmt == "hf" else path
     return weights.stat().st_size if weights.is_file() else None
 
 
@@ -331,7 +332,7 @@ def make(
     if known and "sha256" not in record:  # the same recipe: the same bytes, made before
         record.update(sha256=known["sha256"], size=known["size"])
     for fmt, path in missing.items():
-        hf_layout.write_json(_sidecar(fmt, path), record)
+        write_json(_sidecar(fmt, path), record)
     return paths[formats[0]], record, True
 
 

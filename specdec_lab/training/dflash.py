@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec_lab.drafters import seeded as sglang_drafters
-from specdec_lab.models import hf_layout
+from specdec_lab.formats import folder
 
 GENERATOR = "pytest-specdec make-dflash-drafter 4"
 PROMPTS = Path(__file__).resolve().parents[2] / "pytest_specdec" / "prompts"  # the suite's
@@ -926,7 +926,7 @@ def output_dir(target: Path, out_dir: Path | None, recipe: Recipe) -> Path:
 
 def target_identity(target: Path) -> dict[str, Any]:
     config = json.loads((target / "config.json").read_text(encoding="utf-8"))
-    sidecar = target / hf_layout.SIDECAR
+    sidecar = target / folder.SIDECAR
     digest = json.loads(sidecar.read_text()).get("sha256") if sidecar.is_file() else None
     return {"name": target.name, "sha256": digest, "config": config}
 
@@ -949,7 +949,7 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
     wanted = json.loads(json.dumps(
         {"recipe": asdict(recipe), "target": {k: identity[k] for k in ("name", "sha256")}}
     ))  # fmt: skip
-    sidecar = out / hf_layout.SIDECAR
+    sidecar = out / folder.SIDECAR
     if sidecar.is_file() and not args.force:
         have = json.loads(sidecar.read_text(encoding="utf-8"))
         if {k: have.get(k) for k in wanted} == wanted:
@@ -997,8 +997,8 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
     shutil.rmtree(part, ignore_errors=True)
     digest = write_drafter(part, drafter, config, shapes)
     kinds = {k: sum(1 for kind, _ in drawn if kind == k) for k in KINDS}
-    hf_layout.write_json(
-        part / hf_layout.SIDECAR,
+    folder.write_json(
+        part / folder.SIDECAR,
         {
             **wanted,
             "sha256": digest,
