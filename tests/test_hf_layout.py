@@ -27,6 +27,7 @@ from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.engines.scripts import cache_dir
+from specdec_lab.cli.memory_bound_models import parser as models_parser
 from specdec_lab.drafters import seeded as sglang_drafters
 from specdec_lab.formats import folder
 from specdec_lab.models import hf_layout
@@ -182,8 +183,8 @@ def test_one_pass_writes_both_layouts_with_the_same_weights(base: Path, tmp_path
 
 def test_formats_flag_names_the_choices() -> None:
     with pytest.raises(SystemExit):
-        mbm.parser().parse_args(["--format", "onnx"])
-    assert mbm.parser().parse_args(["--format", "hf,gguf,hf"]).format == ("hf", "gguf")
+        models_parser().parse_args(["--format", "onnx"])
+    assert models_parser().parse_args(["--format", "hf,gguf,hf"]).format == ("hf", "gguf")
 
 
 # --- drafters for SGLang's own algorithms ------------------------------------------------------

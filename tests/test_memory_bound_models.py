@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from tests_support import CACHE, Throttle, missing
 
+from specdec_lab.cli.memory_bound_models import main as make_models
 from specdec_lab.models import memory_bound as mbm
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,10 +101,10 @@ def test_widened_layers_hold_the_base_and_a_perturbation_of_the_chosen_scale(
 def test_bad_arguments_name_the_value_and_the_fix(base: Path, tmp_path: Path) -> None:
     with pytest.raises(mbm.RecipeError, match=r"--params 1e\+06 is below the base model's"):
         mbm.target_recipe(base, 1e6, 0.1, 1)
-    assert mbm.main(["--base", str(tmp_path / "none.gguf")]) == 2
+    assert make_models(["--base", str(tmp_path / "none.gguf")]) == 2
     for bad in (["--scale", "-1"], ["--jobs", "0"], ["--draft-extra", "-5"], ["--seed", "x"]):
         with pytest.raises(SystemExit):
-            mbm.main(bad)
+            make_models(bad)
 
 
 # --------------------------------------------------------------------------- real engine
