@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from specdec_lab.drafters import seeded as sglang_drafters
+from specdec_lab.drafters import layout
 from specdec_lab.formats.folder import SAFETENSORS, SIDECAR, read_safetensors
 from specdec_lab.training import dflash as dflash_drafter
 
@@ -111,7 +111,7 @@ def test_recipe_names_the_bad_value() -> None:
     with pytest.raises(
         SystemExit, match=r"out of range for a 8-layer target: give ids from 0 to 6"
     ):
-        sglang_drafters.dflash(target, 16, 128, layers=2, target_layer_ids=[1, 7])
+        layout.dflash(target, 16, 128, layers=2, target_layer_ids=[1, 7])
 
 
 def test_the_walk_drafts_where_the_server_would_and_counts_its_verify_steps() -> None:
@@ -183,7 +183,7 @@ def test_the_drafter_has_the_names_shapes_and_config_sglang_loads(
     folder, sidecar, python = trained
     assert folder.name == "SmolLM2-135M-Instruct.dflash-b16-distilled-seed1.hf"
     target = json.loads((smollm2_hf / "config.json").read_text())
-    want_config, want_shapes = sglang_drafters.dflash(target, 16, 96, 2, [3, 15, 27])
+    want_config, want_shapes = layout.dflash(target, 16, 96, 2, [3, 15, 27])
     config = json.loads((folder / "config.json").read_text())
     assert config == want_config
     tensors = dict(read_safetensors(folder / SAFETENSORS))

@@ -28,7 +28,7 @@ from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.engines.scripts import cache_dir
 from specdec_lab.cli.memory_bound_models import parser as models_parser
-from specdec_lab.drafters import seeded as sglang_drafters
+from specdec_lab.drafters import layout
 from specdec_lab.formats import folder
 from specdec_lab.models import hf_layout
 from specdec_lab.models import memory_bound as mbm
@@ -197,7 +197,7 @@ TARGET: dict[str, Any] = {
 
 
 def test_dflash_drafter_has_what_sglang_reads() -> None:
-    config, shapes = sglang_drafters.dflash(TARGET, block_size=16, ffn=1536)
+    config, shapes = layout.dflash(TARGET, block_size=16, ffn=1536)
     assert config["architectures"] == ["DFlashDraftModel"]
     assert config["hidden_size"] == TARGET["hidden_size"] and config["num_target_layers"] == 30
     ids = config["dflash_config"]["target_layer_ids"]
@@ -210,7 +210,7 @@ def test_dflash_drafter_has_what_sglang_reads() -> None:
 
 
 def test_eagle3_drafter_has_what_sglang_reads() -> None:
-    config, shapes = sglang_drafters.eagle3(TARGET, ffn=1536)
+    config, shapes = layout.eagle3(TARGET, ffn=1536)
     assert config["architectures"] == ["LlamaForCausalLMEagle3"]
     assert config["draft_vocab_size"] == 49152  # read with no default
     ids = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]

@@ -1,2 +1,3 @@
-"""Drafters for SGLang's own speculative algorithms, made from a seed (``seeded``,
-``scripts/make-sglang-drafters``)."""
+"""Drafters for SGLang's own speculative algorithms: their layouts as SGLang 0.5.17 loads them
+(``layout``) and drafters made from a seed in them (``seeded``, ``scripts/make-sglang-drafters``).
+Imports ``formats`` only."""

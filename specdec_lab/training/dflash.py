@@ -64,7 +64,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec_lab.drafters import seeded as sglang_drafters
+from specdec_lab.drafters import layout
 from specdec_lab.formats import folder
 
 GENERATOR = "pytest-specdec make-dflash-drafter 4"
@@ -915,7 +915,7 @@ def write_drafter(
             "make-dflash-drafter: the trained weights do not have the names and shapes SGLang "
             f"reads: got {sorted(state)}, want {sorted(shapes)}"
         )
-    return sglang_drafters.write_weights(out, config, {name: state[name] for name in shapes})
+    return layout.write_weights(out, config, {name: state[name] for name in shapes})
 
 
 def output_dir(target: Path, out_dir: Path | None, recipe: Recipe) -> Path:
@@ -941,7 +941,7 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
     recipe.check()
     identity = target_identity(target)
     target_config = identity["config"]
-    config, shapes = sglang_drafters.dflash(
+    config, shapes = layout.dflash(
         target_config, recipe.block_size, recipe.ffn, recipe.layers, list(recipe.target_layer_ids)
     )
     config["dflash_config"]["mask_token_id"] = recipe.mask_token_id
