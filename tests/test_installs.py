@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from specdec_lab.installs.lowest import BoundError, lowest, main
+from specdec_lab.cli.lowest_constraints import main
+from specdec_lab.installs.lowest import BoundError, lowest
 
 REPO = Path(__file__).resolve().parent.parent
 

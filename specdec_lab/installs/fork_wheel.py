@@ -16,8 +16,6 @@ isolation (setuptools and setuptools-scm from PyPI). Prints the wheel's path and
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import io
 import os
 import re
@@ -79,26 +77,3 @@ def build(src: Path, ref: str, out: Path, label: str, version: str | None) -> Pa
     if not wheel.is_file():
         raise BuildError(f"pip wheel wrote no {name} in {out}")
     return wheel
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("src", type=Path, help="a git clone or bare mirror of the fork")
-    parser.add_argument("ref", help="branch, tag or commit")
-    parser.add_argument("out", type=Path, help="folder for the wheel")
-    parser.add_argument("--label", default="fork", help="local version label (default fork)")
-    parser.add_argument("--version", default=None, help="the wheel's version (PEP 440)")
-    args = parser.parse_args()
-    if not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", args.label):
-        parser.error(f"--label {args.label!r}: lower-case letters and digits, dot-separated")
-    try:
-        wheel = build(args.src, args.ref, args.out, args.label, args.version)
-    except BuildError as exc:
-        print(f"build-sglang-fork-wheel: {exc}", file=sys.stderr)
-        return 1
-    print(f"{wheel} sha256 {hashlib.sha256(wheel.read_bytes()).hexdigest()}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
