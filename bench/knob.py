@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a plain checkout
@@ -30,7 +31,9 @@ from pytest_specdec.core.modelfile import cache_root  # noqa: E402
 from specdec_lab.models import memory_bound as mbm  # noqa: E402
 
 
-def measure(target: Path, draft: Path, args: argparse.Namespace, extra: list[str]) -> dict:
+def measure(
+    target: Path, draft: Path, args: argparse.Namespace, extra: list[str]
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.json"
         cmd = [

@@ -71,7 +71,8 @@ def main() -> int:
             "render": lambda: engine.render(model, conversations),
         }
         for name, job in jobs.items():
-            cold, warm = [], []
+            cold: list[float] = []
+            warm: list[float] = []
             for _ in range(args.repeat):
                 os.environ["SPECDEC_CACHE"] = str(Path(scratch) / f"cache-{name}-{len(cold)}")
                 cold.append(timed(job))  # an empty cache: the script runs
