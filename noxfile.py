@@ -2,7 +2,7 @@
 
     nox -s locked    constraints.txt: what ./scripts/setup and .ci/run install
     nox -s newest    the newest release of every dependency, as a user installing today gets
-    nox -s oldest    the lower bounds of pyproject.toml (scripts/lowest_constraints.py)
+    nox -s oldest    the lower bounds of pyproject.toml (specdec_lab/installs/lowest.py)
 
 Each session runs ./scripts/setup --engine first (the llama-server build and the models, cached
 under ~/.cache/pytest-specdec), then the README's test command, ``pytest``; arguments after
@@ -19,8 +19,8 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "scripts"))
-from lowest_constraints import lowest  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from specdec_lab.installs.lowest import lowest  # noqa: E402
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["locked"]

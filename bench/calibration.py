@@ -211,7 +211,7 @@ def night_means(
     """ln tok/s of n nights, each the mean of ``sessions`` sessions of 5 runs; the drop (if
     any) starts at night STEP_NIGHT."""
     effects = rng.normal(0.0, b, (n, sessions)) + rng.normal(0.0, w, (n, sessions, 5)).mean(2)
-    logs = math.log(100.0) + effects.mean(axis=1)
+    logs: Logs = math.log(100.0) + effects.mean(axis=1)
     if sc is not None:
         for t in range(STEP_NIGHT, n):
             logs[t] += math.log1p(-sc.change * min(1.0, (t - STEP_NIGHT + 1) / sc.ramp))
@@ -265,9 +265,9 @@ def drift_rows(trials: int, seed: int, policy: HistoryPolicy) -> list[str]:
     for i, (w, b, k) in enumerate(NOISES):
         rng = np.random.default_rng([seed, 100 + i])
         counts = [false_points(night_means(rng, None, 100, w, b, k), policy) for _ in range(trials)]
-        listed, gate = (sum(c[j] for c in counts) / trials for j in (0, 1))
+        listed_rate, gate_rate = (sum(c[j] for c in counts) / trials for j in (0, 1))
         rows.append(f"| {w:.0%} / {b:.1%} | {k} | no change, 100 nights | - | - | - | - | "
-                    f"{listed:.2f} | {gate:.2f} |")  # fmt: skip
+                    f"{listed_rate:.2f} | {gate_rate:.2f} |")  # fmt: skip
     for j, sc in enumerate(DRIFTS):
         rng = np.random.default_rng([seed, j])
         found = [

@@ -30,9 +30,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import dflash_drafter
-import hf_layout
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
+from specdec_lab.formats import folder
+from specdec_lab.training.data import generate, load_target, render, target_lookup
+from specdec_lab.training.evaluate import each_prompt, evaluate, served_walk, walk_summary
+from specdec_lab.training.model import build_modules
+from specdec_lab.training.prompts import workload_prompts
+from specdec_lab.training.recipe import Recipe
 
 
 def served_way(
@@ -56,12 +60,12 @@ def served_way(
             hit = drafted[: len(target)] == target
             return int(hit.long().cumprod(0).sum())
 
-        walks.append(dflash_drafter.served_walk(run_at, end - first - 1, s))
-    return dflash_drafter.walk_summary(walks)
+        walks.append(served_walk(run_at, end - first - 1, s))
+    return walk_summary(walks)
 
 
 def _line(name: str, figures: dict[str, Any], prompts: list[str]) -> str:
-    each = dflash_drafter.each_prompt(prompts, figures)
+    each = each_prompt(prompts, figures)
     return (
         f"  {name:<25}accept length {figures['accept_length']:.2f} ({each}), "
         f"positions 1-3 {figures['acceptance_by_position'][:3]}"
@@ -78,22 +82,22 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    sidecar = json.loads((args.drafter / hf_layout.SIDECAR).read_text(encoding="utf-8"))
-    fields = dflash_drafter.Recipe.__dataclass_fields__
+    sidecar = json.loads((args.drafter / folder.SIDECAR).read_text(encoding="utf-8"))
+    fields = Recipe.__dataclass_fields__
     given = {k: tuple(v) if isinstance(v, list) else v
              for k, v in sidecar["recipe"].items() if k in fields and k != "generator"}  # fmt: skip
-    texts = dflash_drafter.workload_prompts(args.workload)
-    recipe = dflash_drafter.Recipe(**{**given, "gen_tokens": args.tokens, "gen_batch": len(texts)})
-    model, tokenizer = dflash_drafter.load_target(args.target, "cpu", torch.float32)
-    rendered = [dflash_drafter.render(tokenizer, t) for t in texts.values()]
-    data = dflash_drafter.generate(torch, model, rendered, recipe, lambda _: None)
-    embed, head = dflash_drafter.target_lookup(torch, model)
+    texts = workload_prompts(args.workload)
+    recipe = Recipe(**{**given, "gen_tokens": args.tokens, "gen_batch": len(texts)})
+    model, tokenizer = load_target(args.target, "cpu", torch.float32)
+    rendered = [render(tokenizer, t) for t in texts.values()]
+    data = generate(torch, model, rendered, recipe, lambda _: None)
+    embed, head = target_lookup(torch, model)
     config = json.loads((args.drafter / "config.json").read_text(encoding="utf-8"))
-    drafter = dflash_drafter.build_modules(torch)(config)
-    weights = hf_layout.read_safetensors(args.drafter / hf_layout.SAFETENSORS)
+    drafter = build_modules(torch)(config)
+    weights = folder.read_safetensors(args.drafter / folder.SAFETENSORS)
     drafter.load_state_dict({k: torch.from_numpy(v.astype("float32")) for k, v in weights})
     rows = torch.arange(len(texts))
-    trained = dflash_drafter.evaluate(torch, drafter, data, rows, recipe, embed, head)
+    trained = evaluate(torch, drafter, data, rows, recipe, embed, head)
     served = served_way(torch, drafter, data, recipe, embed, head)
     made_by = sidecar["recipe"].get("generator")
     print(f"{args.workload} prompts ({len(texts)}, {args.tokens} tokens each), "

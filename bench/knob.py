@@ -22,14 +22,18 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))  # run from a plain checkout
 
-import memory_bound_models as mbm  # noqa: E402
+from pytest_specdec.core.modelfile import cache_root  # noqa: E402
+from specdec_lab.models import memory_bound as mbm  # noqa: E402
 
 
-def measure(target: Path, draft: Path, args: argparse.Namespace, extra: list[str]) -> dict:
+def measure(
+    target: Path, draft: Path, args: argparse.Namespace, extra: list[str]
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.json"
         cmd = [
@@ -67,10 +71,10 @@ def main() -> int:
     p.add_argument("--config", default="draft-d4")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--out", type=Path, default=mbm.cache_root() / "models")
+    p.add_argument("--out", type=Path, default=cache_root() / "models")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
-    base = mbm.cache_root() / "models" / mbm.BASE_NAME
+    base = cache_root() / "models" / mbm.BASE_NAME
     rows = []
     print(f"{'scale':>6} {'accept len':>10} {'accepted':>9} {'tok/s':>7}  target")
     for scale in (float(s) for s in args.scales.split(",")):

@@ -6,7 +6,8 @@ with an empty cache (what every config paid before) and again with the answer ke
     python bench/script_cache.py --python $SPECDEC_SGLANG_PYTHON --model T.hf --repeat 3
 
 Without --model it lays SmolLM2-135M-Instruct (the set-up cache's GGUF) out in Hugging Face
-layout in a temporary folder (scripts/hf_layout.py) and renders the seed workload with it.
+layout in a temporary folder (specdec_lab/models/hf_layout.py) and renders the seed workload
+with it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from pytest_specdec.core.configs import Registry, preset_configs  # noqa: E402
 from pytest_specdec.core.modelfile import cache_root  # noqa: E402
@@ -55,7 +55,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model
         if model is None:
-            import hf_layout
+            from specdec_lab.models import hf_layout
 
             base = cache_root() / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
             model = str(Path(scratch) / "SmolLM2-135M-Instruct.hf")
@@ -71,7 +71,8 @@ def main() -> int:
             "render": lambda: engine.render(model, conversations),
         }
         for name, job in jobs.items():
-            cold, warm = [], []
+            cold: list[float] = []
+            warm: list[float] = []
             for _ in range(args.repeat):
                 os.environ["SPECDEC_CACHE"] = str(Path(scratch) / f"cache-{name}-{len(cold)}")
                 cold.append(timed(job))  # an empty cache: the script runs

@@ -110,7 +110,8 @@ def seed(
     last night also as a results file in ``results``; from ``step_at`` on, tok/s is lower by
     ``step`` and the engine version changes from b1000 to b1100."""
     rng = np.random.default_rng(seed_value)
-    docs, sessions = [], {}
+    docs: list[dict[str, Any]] = []
+    sessions: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
     for night in range(nights):
         changed = step_at is not None and night >= step_at
         level = 100.0 * (1 - step if changed else 1.0)
@@ -123,9 +124,9 @@ def seed(
             found = sessions.setdefault(str(baseline_path(baselines, key)), (key, []))
             found[1].extend(session_entries(doc, config))
         docs.append(doc)
-    for path, (key, entries) in sessions.items():
+    for path, (key, stored) in sessions.items():
         atomic_write_json(Path(path), {"schema": BASELINE_SCHEMA, "tool_version": "bench",
-                                       "key": key, "sessions": entries})  # fmt: skip
+                                       "key": key, "sessions": stored})  # fmt: skip
     atomic_write_json(results / f"{engine}-{gpu.split()[1].lower()}-latest.json", docs[-1])
     return docs
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +76,10 @@ def smollm2_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not base.is_file():
         missing(f"no SmolLM2 GGUF at {base}")
-    sys.path.insert(0, str(REPO / "scripts"))
-    import hf_layout  # scripts/hf_layout.py
+    from specdec_lab.models.hf_layout import convert
 
     out = tmp_path_factory.mktemp("hf") / "SmolLM2-135M-Instruct.hf"
-    hf_layout.convert(base, out)
+    convert(base, out)
     return out
 
 

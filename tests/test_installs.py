@@ -1,6 +1,6 @@
 """What CI installs is what a user gets: constraints.txt pins every package of the
 ``.[dev]`` install and agrees with pyproject.toml; the oldest install is pyproject's lower
-bounds (scripts/lowest_constraints.py); ./scripts/setup and .ci/run install with the pins."""
+bounds (specdec_lab/installs/lowest.py); ./scripts/setup and .ci/run install with the pins."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from specdec_lab.cli.lowest_constraints import main
+from specdec_lab.installs.lowest import BoundError, lowest
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-from lowest_constraints import BoundError, lowest, main  # noqa: E402
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,5 +1,6 @@
-"""scripts/make-memory-bound-models: deterministic weights, the base model kept inside, and the
-acceptance knob, measured by the plugin on a real llama-server (CPU).
+"""scripts/make-memory-bound-models (specdec_lab/models/memory_bound.py): deterministic weights,
+the base model kept inside, and the acceptance knob, measured by the plugin on a real
+llama-server (CPU).
 
 The 7.4B target of the GPU run is not made here (14.8 GB); the same code makes small drafts
 (161M parameters) that the CPU runs. Generation inside the pytest process uses one worker
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +25,10 @@ import numpy as np
 import pytest
 from tests_support import CACHE, Throttle, missing
 
+from specdec_lab.cli.memory_bound_models import main as make_models
+from specdec_lab.models import memory_bound as mbm
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-import memory_bound_models as mbm  # noqa: E402
 
 BASE = CACHE / "models" / mbm.BASE_NAME
 
@@ -44,10 +47,11 @@ def sha256(path: Path) -> str:
 def test_same_recipe_same_bytes_whatever_the_worker_count(base: Path, tmp_path: Path) -> None:
     recipe = mbm.draft_recipe(base, 64, 0.3, seed=7)
     one, record, made = mbm.make(base, tmp_path / "a", recipe, jobs=1)
-    cli = [sys.executable, str(REPO / "scripts" / "memory_bound_models.py"), "--base", str(base),
+    cli = [str(REPO / "scripts" / "make-memory-bound-models"), "--base", str(base),
            "--out", str(tmp_path / "b"), "--no-target", "--draft-scale", "0.3",
            "--draft-extra", "64", "--seed", "7", "--jobs", "2"]  # fmt: skip
-    made_by_cli = subprocess.run(cli, capture_output=True, text=True, check=False)
+    made_by_cli = subprocess.run(cli, capture_output=True, text=True, check=False,
+                                 env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
     assert made_by_cli.returncode == 0, made_by_cli.stderr
     two = tmp_path / "b" / one.name
     assert made and one.name == "mb-smollm2-draft-138m-s0.3-seed7.F16.gguf"
@@ -97,10 +101,10 @@ def test_widened_layers_hold_the_base_and_a_perturbation_of_the_chosen_scale(
 def test_bad_arguments_name_the_value_and_the_fix(base: Path, tmp_path: Path) -> None:
     with pytest.raises(mbm.RecipeError, match=r"--params 1e\+06 is below the base model's"):
         mbm.target_recipe(base, 1e6, 0.1, 1)
-    assert mbm.main(["--base", str(tmp_path / "none.gguf")]) == 2
+    assert make_models(["--base", str(tmp_path / "none.gguf")]) == 2
     for bad in (["--scale", "-1"], ["--jobs", "0"], ["--draft-extra", "-5"], ["--seed", "x"]):
         with pytest.raises(SystemExit):
-            mbm.main(bad)
+            make_models(bad)
 
 
 # --------------------------------------------------------------------------- real engine

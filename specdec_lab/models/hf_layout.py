@@ -1,6 +1,7 @@
 """The Hugging Face layout of a llama GGUF model: config.json, model.safetensors, tokenizer.
 
-Used by ``scripts/gguf-to-hf`` and ``scripts/make-memory-bound-models --format hf``, so that
+Used by ``scripts/gguf-to-hf`` (``specdec_lab.cli.gguf_to_hf``) and
+``scripts/make-memory-bound-models --format hf``, so that
 SGLang and vLLM (which load Hugging Face folders) run the very weights llama.cpp runs. No
 model hub: the tensors come from the GGUF (dequantized to F16 where it is quantized), the
 tokenizer from the GGUF's own vocabulary through transformers' GGUF converter.
@@ -13,24 +14,27 @@ What changes on the way, and only that:
 
 Every other value is the same bytes (F16 matrices, F32 norms): :func:`verify` re-reads both
 files and compares each tensor exactly. ``model.safetensors`` is written tensor by tensor
-(the 14.8 GB target never has to fit in memory) and published atomically.
+(the 14.8 GB target never has to fit in memory) and published atomically
+(``specdec_lab.formats.folder``).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import struct
-import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
-SAFETENSORS = "model.safetensors"
-SIDECAR = "specdec-model.json"
+from specdec_lab.formats.folder import (
+    SAFETENSORS,
+    LayoutError,
+    SafetensorsWriter,
+    read_safetensors,
+    write_json,
+)
+
 _TOP = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -47,16 +51,6 @@ _BLOCK = {
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
-_DTYPES: dict[np.dtype[Any], str] = {
-    np.dtype(np.float16): "F16",
-    np.dtype(np.float32): "F32",
-    np.dtype(np.int64): "I64",
-    np.dtype(np.bool_): "BOOL",
-}
-
-
-class LayoutError(ValueError):
-    """A tensor or file that does not fit the layout: the message names it."""
 
 
 def hf_name(name: str) -> str:
@@ -93,77 +87,6 @@ class Heads:
         if name.endswith(".attn_k.weight"):
             return unpermute(array, self.n_head_kv)
         return array
-
-
-# ------------------------------------------------------------------------------ safetensors
-
-
-class SafetensorsWriter:
-    """Writes one safetensors file tensor by tensor, in the order its header declares."""
-
-    def __init__(
-        self,
-        path: Path,
-        entries: Sequence[tuple[str, tuple[int, ...], np.dtype[Any]]],
-        metadata: Mapping[str, str],
-    ) -> None:
-        header: dict[str, Any] = {"__metadata__": dict(metadata)}
-        offset = 0
-        self._expected = []
-        for name, shape, dtype in entries:
-            if np.dtype(dtype) not in _DTYPES:
-                raise LayoutError(f"tensor {name}: dtype {dtype} is not one of {_DTYPES}")
-            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-            header[name] = {
-                "dtype": _DTYPES[np.dtype(dtype)],
-                "shape": list(shape),
-                "data_offsets": [offset, offset + nbytes],
-            }
-            self._expected.append((name, tuple(shape), np.dtype(dtype)))
-            offset += nbytes
-        text = json.dumps(header, separators=(",", ":")).encode()
-        text += b" " * (-len(text) % 8)
-        self.path = path
-        self._part = path.with_name(path.name + ".part")
-        self._fh: BinaryIO = self._part.open("wb")
-        self._fh.write(struct.pack("<Q", len(text)) + text)
-        self._next = 0
-
-    def write(self, name: str, array: np.ndarray) -> None:
-        want = self._expected[self._next]
-        if (name, tuple(array.shape), array.dtype) != want:
-            raise LayoutError(
-                f"tensor {self._next}: got {name} {array.shape} {array.dtype}, header says {want}"
-            )
-        self._fh.write(memoryview(np.ascontiguousarray(array)).cast("B"))  # type: ignore[arg-type]
-        self._next += 1
-
-    def close(self) -> None:
-        if self._next != len(self._expected):
-            self._fh.close()
-            raise LayoutError(f"{self.path}: {self._next} of {len(self._expected)} tensors written")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
-        os.replace(self._part, self.path)
-
-    def abort(self) -> None:
-        self._fh.close()
-        self._part.unlink(missing_ok=True)
-
-
-def read_safetensors(path: Path) -> Iterator[tuple[str, np.ndarray]]:
-    """Every tensor of a safetensors file, as read-only views of the file."""
-    with path.open("rb") as fh:
-        (length,) = struct.unpack("<Q", fh.read(8))
-        header = json.loads(fh.read(length))
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + length)
-    names = {v: k for k, v in _DTYPES.items()}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        start, end = info["data_offsets"]
-        yield name, data[start:end].view(names[info["dtype"]]).reshape(info["shape"])
 
 
 # ------------------------------------------------------------------------------ config
@@ -207,12 +130,6 @@ def hf_config(metadata: Mapping[str, Any], vocab: int, n_ff: int, tied: bool) ->
         if token is not None:
             config[ours] = int(token)
     return config
-
-
-def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    part = path.with_name(path.name + ".part")
-    part.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(part, path)
 
 
 def _fields(reader: Any, *names: str) -> dict[str, Any]:
@@ -376,41 +293,3 @@ def verify(gguf: Path, hf_dir: Path) -> dict[str, Any]:
         "extra_in_hf": sorted(hf),
         "equal": not mismatched and not hf,
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(
-        prog="gguf-to-hf",
-        description="The Hugging Face folder (config.json, model.safetensors in F16, tokenizer) "
-        "of a llama GGUF model, for SGLang and vLLM; --verify compares the two tensor by tensor.",
-    )
-    p.add_argument("gguf", type=Path, help="a llama GGUF file (quantized tensors are dequantized)")
-    p.add_argument("out", type=Path, help="the folder to write (or, with --verify, to check)")
-    p.add_argument(
-        "--verify",
-        action="store_true",
-        help="only compare OUT with GGUF; exit 1 if any tensor differs",
-    )
-    args = p.parse_args(argv)
-    if not args.gguf.is_file():
-        p.error(f"{args.gguf} is not a file; give the path of a llama GGUF model")
-    try:
-        if args.verify:
-            report = verify(args.gguf, args.out)
-            print(json.dumps(report, indent=2))
-            return 0 if report["equal"] else 1
-        config = convert(args.gguf, args.out)
-    except LayoutError as exc:
-        print(f"gguf-to-hf: {exc}", file=sys.stderr)
-        return 2
-    print(
-        f"{args.out}: {config['num_hidden_layers']} layers, hidden {config['hidden_size']}, "
-        f"vocab {config['vocab_size']}; verify with --verify"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

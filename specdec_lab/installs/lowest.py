@@ -6,14 +6,13 @@ this interpreter is left out. ``nox -s oldest`` installs with the result, so a l
 that is no longer true (an API the code uses that the bound lacks, a release with no wheel
 for this Python) fails there and not on a user's machine.
 
-    python scripts/lowest_constraints.py [--pyproject pyproject.toml] [--extra dev] > low.txt
+    python -m specdec_lab.cli.lowest_constraints [--pyproject PATH] [--extra dev] > low.txt
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -61,21 +60,3 @@ def lowest(pyproject: Path, extras: Iterable[str] = ()) -> list[str]:
             continue
         pins[requirement.name.lower()] = lower_bound(requirement)
     return [f"{name}=={version}" for name, version in sorted(pins.items())]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"))
-    parser.add_argument("--extra", action="append", default=[], help="an extra to include")
-    args = parser.parse_args(argv)
-    try:
-        lines = lowest(args.pyproject, args.extra)
-    except BoundError as exc:
-        print(f"lowest_constraints: {exc}", file=sys.stderr)
-        return 2
-    print("\n".join(lines))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
