@@ -72,6 +72,9 @@ def test_levels_are_stored_per_level_then_each_judged_on_a_rerun(
             assert sorted((x["client"], x["prompt"]) for x in rows) == sorted(
                 (c, p) for c in range(r["clients"]) for p in ("count", "story"))  # fmt: skip
             assert all(x["output_tokens"] == 12 and x["error"] is None for x in rows)
+            host = r["engine"]["host"]  # the host's CPU over the round, read from /proc
+            assert 0 <= host["steal"] <= 1 and 0 < host["busy"] <= 1
+            assert host["engine_cpu_s"] > 0 and host["busiest"]["name"] == "llama-server"
         assert not [x for x in doc[name]["runs"] if x["phase"] == "load"]  # rows, not records
         assert doc[name]["extra"]["cost"][0]["load_s"] > 0
     spec = [r for r in doc["draft-np2"]["extra"]["load"] if not r["warmup"]]

@@ -20,8 +20,10 @@ from pytest_specdec.core.results import RunRecord, finalize_timings
 from pytest_specdec.driver.boot import Server
 from pytest_specdec.driver.steps import Steps
 from pytest_specdec.engines.base import fetch_metrics
+from pytest_specdec.engines.launch import EngineProcess, group_members
 from pytest_specdec.gpu.monitor import telemetry_dict
 from pytest_specdec.gpu.telemetry import RunTelemetry
+from pytest_specdec.measure.host import host_facts, snapshot
 from pytest_specdec.measure.levels import (
     GaugeWatch,
     LevelSummary,
@@ -128,10 +130,15 @@ class SweepSteps(Steps):
             return records, wall, counted, watch
 
         offset = _log_size(server.record.log_path)
+        pids = _engine_pids(server)
+        host_before = snapshot(pids)
         with self._telemetry_window() as window:
             records, wall, counted, watch = self.loop.run(measured())
+        host = host_facts(host_before, snapshot(pids))
         facts = {"gauge_samples": watch.samples, "max_running": watch.max_running,
                  "max_queued": watch.max_queued, **self._log_facts(server, offset)}  # fmt: skip
+        if host:  # the host's CPU over the round: steal, and the engine's processes
+            facts["host"] = host
         if phases:  # GPU seconds per forward phase over the round (SGLang's device timer)
             facts["phase_s"] = phases
         if facts.get("max_queued") is None and facts.get("log_max_queued") is not None:
@@ -179,6 +186,14 @@ class SweepSteps(Steps):
         seen.append(telemetry)
         invalid = tuple(self.gpu_monitor.invalid(telemetry, seen))
         return replace(result, gpu=telemetry_dict(telemetry, result.output_tokens), invalid=invalid)
+
+
+def _engine_pids(server: Server) -> list[int]:
+    """The live processes of an engine started here (its process group); none for an
+    attached server or a container."""
+    if not isinstance(server.process, EngineProcess):
+        return []
+    return group_members(server.process.pid)
 
 
 def _log_size(path: str | None) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_specdec.measure.host import host_line
 from pytest_specdec.measure.levels import (
     LevelSummary,
     LoadLimits,
@@ -94,10 +95,15 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
     for lv in level_summaries(config):
         notes = observed_notes(lv) or limits.notes(lv.clients)
         out += [f"{name} at {lv.clients} clients: {n}" for n in notes]
-        phases = phase_means(rounds_of(config, lv.clients))
+        rounds = rounds_of(config, lv.clients)
+        phases = phase_means(rounds)
         if phases:
             spent = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in phases.items())
             out.append(f"{name} at {lv.clients} clients: GPU time per round by phase: {spent}")
+        hosts = [f"round {r.round}: {line}" for r in rounds if not r.warmup
+                 and (line := host_line(r.engine.get("host") or {}))]  # fmt: skip
+        if hosts:
+            out.append(f"{name} at {lv.clients} clients: host CPU: " + "; ".join(hosts))
     return out
 
 
