@@ -172,6 +172,27 @@ def test_markdown_gpu_flags_ranges_reasons_and_invalid_runs() -> None:
     assert "`baseline` |" not in text.split("### GPU health")[1].split("### Failures")[0]
 
 
+def test_markdown_gpu_health_covers_load_rounds() -> None:
+    """A run of load levels only has its GPU telemetry in its rounds: the health table counts
+    the measured rounds (never the warm-up one) and names a ruled-out round."""
+    doc = synthetic()
+    plain = next(c for c in doc["configs"] if c["name"] == "baseline")
+    hot = telemetry([61, 70, 88], [1980, 1700, 1410], [0x4, 0x4, 0x44])
+    rounds = [{"clients": 4, "round": n, "session": 1, "requests": 8, "failed": 0,
+               "wall_s": 1.0, "output_tokens": 512, "output_tok_per_s": 512.0, "ttft_s": {},
+               "tpot_s": {}, "decode_tok_per_s": {}, "accept_length": None,
+               "verify_steps": None, "accept_source": None, "warmup": n == 0,
+               "gpu": hot if n == 2 else telemetry([50], [1980], [0x4]),
+               "invalid": ["GPU 0: hw_thermal_slowdown in 33.3%"] if n == 2 else []}
+              for n in range(3)]  # fmt: skip
+    plain["extra"]["load"] = rounds
+    health = markdown_summary(doc).split("### GPU health")[1].split("### Failures")[0]
+    assert "| `baseline` | 2 | 50-88 °C | 1410-1980 MHz |" in health, health
+    assert "**hw_thermal_slowdown** 1/2" in health
+    assert ("- `baseline` 4 clients round 2 (session 1) invalid (rerun): GPU 0: "
+            "hw_thermal_slowdown in 33.3%") in health  # fmt: skip
+
+
 def test_markdown_lists_failures_with_their_cause_escaped() -> None:
     text = markdown_summary(synthetic())
     assert "- `broken` **boot failed**: llama-server exited (code 1)" in text

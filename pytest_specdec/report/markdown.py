@@ -14,6 +14,7 @@ from typing import Any
 from pytest_specdec.core.results import ConfigRecord, RunRecord
 from pytest_specdec.gpu.hygiene import DEFAULT_INVALIDATING_BITS
 from pytest_specdec.gpu.readings import decode_reasons
+from pytest_specdec.measure.levels import rounds_of
 from pytest_specdec.measure.roofline import describe as roofline_cell
 from pytest_specdec.report.summary import (
     CellSummary,
@@ -200,9 +201,23 @@ def _span(values: Sequence[tuple[float, float]], unit: str) -> str:
     return f"{min(v[0] for v in values):.0f}-{max(v[1] for v in values):.0f} {unit}"
 
 
+def _watched(rec: ConfigRecord) -> list[tuple[str, Mapping[str, Any], Sequence[Any]]]:
+    """What the GPU monitor watched for a config: its measured runs and its load rounds (not
+    the warm-up ones), each as (where, telemetry, why it was ruled out)."""
+    out: list[tuple[str, Mapping[str, Any], Sequence[Any]]] = [
+        (f"{r.prompt} {run_label(rec, r)}", r.gpu, r.invalid or ())
+        for r in rec.runs if r.gpu and r.phase != "warmup"
+    ]  # fmt: skip
+    for r in rounds_of({"extra": rec.extra}):
+        if r.gpu:
+            where = f"{r.clients} clients round {r.round} (session {r.session})"
+            out.append((where, r.gpu, r.invalid))
+    return out
+
+
 def _gpu_row(rec: ConfigRecord) -> tuple[list[str], list[str]] | None:
     """One table row of a config's GPU telemetry and the lines explaining flagged runs."""
-    runs = [r for r in rec.runs if r.gpu and r.phase != "warmup"]
+    runs = _watched(rec)
     if not runs:
         return None
     temps: list[tuple[float, float]] = []
@@ -210,17 +225,15 @@ def _gpu_row(rec: ConfigRecord) -> tuple[list[str], list[str]] | None:
     seen: dict[str, int] = {}
     notes: list[str] = []
     invalid = lost = 0
-    for r in runs:
-        tele = r.gpu or {}
+    for where, tele, ruled_out in runs:
         devices = tele.get("devices") or []
         temps += [t] if (t := _range(devices, "gpu_temp_c")) else []
         clocks += [c] if (c := _range(devices, "sm_clock_mhz")) else []
         for name in {n for d in devices for n in d.get("reasons_seen") or []}:
             seen[name] = seen.get(name, 0) + 1
-        where = f"{r.prompt} {run_label(rec, r)}"
-        if r.invalid:
+        if ruled_out:
             invalid += 1
-            notes.append(f"{where} invalid (rerun): {'; '.join(map(str, r.invalid))}")
+            notes.append(f"{where} invalid (rerun): {'; '.join(map(str, ruled_out))}")
         if tele.get("telemetry_lost"):
             lost += 1
             why = [
