@@ -521,3 +521,18 @@ def test_load_levels_run_after_the_one_request_tests_of_each_server_session(
         assert first_load == len(mine) - sum("test_concurrency.py" in i for i in mine), mine
         assert all("test_concurrency.py" in i for i in mine[first_load:])
     assert "test_load_verdict[draft-d16@2]" in ids[-1]  # per-config: the last session only
+
+
+def test_the_prefill_graphs_variant_changes_one_setting_of_the_load_suite() -> None:
+    """suites/specdec-gpu-load-prefill-graphs.toml is the load suite with SGLang's prefill in
+    CUDA graphs (capped at 256 new tokens a batch), stored apart: nothing else differs."""
+    suites = Path(__file__).resolve().parents[1] / "suites"
+    base = load_suite_settings(suites / "specdec-gpu-load.toml")
+    variant = load_suite_settings(suites / "specdec-gpu-load-prefill-graphs.toml")
+    assert (variant.concurrency, variant.rounds) == (base.concurrency, base.rounds)
+    assert variant.baseline_dir == "baselines/load-prefill-graphs" != base.baseline_dir
+    old = base.engine_settings("sglang").extra_args
+    new = variant.engine_settings("sglang").extra_args
+    assert set(old) - set(new) == {"--disable-prefill-cuda-graph"}
+    assert set(new) - set(old) == {"--cuda-graph-max-bs-prefill", "256"}
+    assert variant.models_for("sglang") == base.models_for("sglang")

@@ -1,0 +1,109 @@
+"""Where a load level's time went, boot by boot: the GPU seconds of each forward phase per round
+(SGLang's device timer, ``engine.phase_s`` of a round), the GPU's busy share (NVML), the host's
+stolen share and the engine's busiest process (``engine.host``), beside the round's throughput.
+
+    python bench/load_phases.py RESULTS.json[.gz] [--clients 4 --clients 16]
+
+Per config and level, one row per boot (server session): the mean over its measured rounds.
+Then, over every measured round of the level, each phase's spread between boots (the largest
+boot mean over the smallest) and its correlation with the round's throughput: the phase whose
+time moves with the throughput while the others stay put is where the boots differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytest_specdec.core.results import load_results
+from pytest_specdec.measure.levels import RoundResult, levels_of, rounds_of
+
+
+def measured(config: dict[str, Any], clients: int) -> list[RoundResult]:
+    """The level's rounds that count: not warm-up, no failure, throughput known."""
+    return [r for r in rounds_of(config, clients) if r.ok and r.output_tok_per_s]
+
+
+def util(r: RoundResult) -> float | None:
+    devices = (r.gpu or {}).get("devices") or []
+    value = devices[0].get("util_gpu_median_pct") if devices else None
+    return None if value is None else float(value)
+
+
+def phases_of(r: RoundResult) -> dict[str, float]:
+    return {k: float(v) for k, v in (r.engine.get("phase_s") or {}).items()}
+
+
+def mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def boot_rows(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
+    """One Markdown row per boot: throughput, GPU busy, steal, phase seconds per round."""
+    rows = []
+    for session in sorted({r.session for r in rounds}):
+        mine = [r for r in rounds if r.session == session]
+        host = [r.engine.get("host") or {} for r in mine]
+        tput = mean([float(r.output_tok_per_s or 0) for r in mine])
+        cells = [str(session), str(len(mine)), _cell(tput, ".0f"),
+                 _cell(mean([util(r) for r in mine]), ".0f"),
+                 _cell(mean([h.get("steal") for h in host]), ".2%")]  # fmt: skip
+        cells += [_cell(mean([phases_of(r).get(n) for r in mine]), ".3f") for n in names]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def phase_lines(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
+    """Each phase's spread between boots and its correlation with the rounds' throughput."""
+    out = []
+    tput = np.array([float(r.output_tok_per_s or 0) for r in rounds])
+    sessions = sorted({r.session for r in rounds})
+    for name in names:
+        timed = [(t, phases_of(r)[name]) for t, r in zip(tput, rounds, strict=True)
+                 if name in phases_of(r)]  # fmt: skip
+        boots = [mean([phases_of(r).get(name) for r in rounds if r.session == s])
+                 for s in sessions]  # fmt: skip
+        known = [b for b in boots if b]
+        spread = max(known) / min(known) if len(known) > 1 else None
+        corr = None
+        if len(timed) > 2 and np.std([s for _, s in timed]) > 0:
+            corr = float(np.corrcoef([t for t, _ in timed], [s for _, s in timed])[0, 1])
+        out.append(f"  {name}: boots' means {' / '.join(_cell(b, '.3f') for b in boots)} s "
+                   f"(largest/smallest {_cell(spread, '.2f')}), correlation with tok/s "
+                   f"{_cell(corr, '+.2f')} over {len(timed)} rounds")  # fmt: skip
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--clients", type=int, action="append", default=None)
+    args = parser.parse_args(argv)
+    doc = load_results(args.results)
+    for cfg in doc["configs"]:
+        for clients in args.clients or levels_of(cfg):
+            rounds = measured(cfg, clients)
+            if not rounds:
+                continue
+            names = sorted({k for r in rounds for k in phases_of(r)})
+            print(f"\n{cfg['name']} at {clients} clients")
+            print("| boot | rounds | out tok/s | GPU busy % | steal | "
+                  + " | ".join(f"{n} s" for n in names) + " |")  # fmt: skip
+            print("|" + "---:|" * (5 + len(names)))
+            print("\n".join(boot_rows(rounds, names)))
+            print("\n".join(phase_lines(rounds, names)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
