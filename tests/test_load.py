@@ -271,6 +271,40 @@ def test_a_rerun_with_nothing_changed_is_flagged_at_no_level(tmp_path: Path) -> 
     assert all(lv.verdict and lv.verdict.mde <= 0.05 for lv in judged.levels.values())
 
 
+def _timed(config: dict[str, Any], phases: dict[int, dict[str, float]]) -> dict[str, Any]:
+    """``config`` with each level's rounds timed by phase (SGLang's device timer)."""
+    for r in config["extra"]["load"]:
+        r["engine"] = {"phase_s": phases[r["clients"]]}
+    return config
+
+
+def test_a_level_verdict_names_the_phase_where_the_gpu_time_went(tmp_path: Path) -> None:
+    """Stored sessions keep each level's GPU seconds per round by phase; a level judged
+    against them lists each phase's change, the largest first (here a prefill that took
+    2.4 times as long, the decode phases as before)."""
+    even = {c: {"extend": 0.4, "target_verify": 0.8} for c in (1, 16)}
+    stored = _timed(_config("spec", {c: _noisy(c, 100.0 * (1 + c / 100)) for c in (1, 16)}),
+                    even)  # fmt: skip
+    baseline = _baseline_of(stored, tmp_path, sessions=0)
+    for s in range(6):
+        levels = {c: _noisy(200 + 10 * s + c, 100.0 * (1 + c / 100)) for c in (1, 16)}
+        entry = session_entries(_results(stored), _timed(_config("spec", levels), even))[0]
+        assert entry["levels"]["16"]["phase_s"] == even[16]  # stored with the level
+        baseline.sessions.append({**entry, "id": f"s{s}"})
+    slow = {1: even[1], 16: {"extend": 0.96, "target_verify": 0.8}}
+    tonight = _timed(_config("spec", {1: _noisy(9, 101.0), 16: _noisy(8, 116.0 * 0.85)}), slow)
+    judged = judge_load_history(tonight, baseline, POLICY)
+    level = judged.levels[16]
+    assert level.phases["extend"] == pytest.approx(
+        {"new": 0.96, "reference": 0.4, "change": 1.4})  # fmt: skip
+    assert level.phases["target_verify"]["change"] == pytest.approx(0.0)
+    assert "GPU time per round by phase: extend +140.0% (0.400 -> 0.960 s), target_verify " \
+        "+0.0% (0.800 -> 0.800 s)" in level.message  # fmt: skip
+    assert judged.to_dict()["levels"]["16"]["phases"]["extend"]["new"] == 0.96
+    untimed = judge_load_history(_config("spec", {16: _noisy(8, 116.0)}), baseline, POLICY)
+    assert untimed.levels[16].phases == {} and "by phase" not in untimed.levels[16].message
+
+
 def test_failed_rounds_make_the_load_unjudgeable_and_refuse_the_baseline() -> None:
     config = _config("spec", {4: [100.0, 101.0]})
     config["extra"]["load"][1].update(output_tok_per_s=None, failed=1, errors=["client 0: boom"])
@@ -331,6 +365,12 @@ def test_load_levels_are_cells_of_the_session_entry_and_checked_on_read() -> Non
     doc["sessions"][0]["levels"] = {"eight": {}}
     with pytest.raises(BaselineError, match="'eight' is not a client count"):
         _check_document(doc, Path("b.json"))
+    cell = {**entry["levels"]["8"], "phase_s": {"extend": "slow"}}
+    doc["sessions"][0]["levels"] = {"8": cell}
+    with pytest.raises(BaselineError, match=r"levels.8.phase_s must map each forward phase"):
+        _check_document(doc, Path("b.json"))
+    cell["phase_s"] = {"extend": 0.4}
+    _check_document(doc, Path("b.json"))  # a well-formed one is read
 
 
 def test_speculative_configs_are_told_by_their_speculation_flags() -> None:

@@ -279,6 +279,14 @@ def rounds_of(
     return out
 
 
+def phase_means(rounds: Sequence[RoundResult]) -> dict[str, float]:
+    """Mean GPU seconds per round by forward phase (the engine's device timer,
+    ``engine.phase_s``), over the rounds that succeeded and timed them."""
+    timed: list[Mapping[str, Any]] = [p for r in rounds if r.ok and (p := r.engine.get("phase_s"))]
+    keys = sorted({k for t in timed for k in t})
+    return {k: sum(float(t.get(k, 0.0)) for t in timed) / len(timed) for k in keys}
+
+
 def levels_of(config: Mapping[str, Any]) -> list[int]:
     """The levels (client counts) a config record measured, ascending."""
     return sorted({int(e["clients"]) for e in (config.get("extra") or {}).get("load") or []})

@@ -16,6 +16,7 @@ from pytest_specdec.measure.levels import (
     LoadLimits,
     levels_of,
     observed_notes,
+    phase_means,
     rounds_of,
     summarize_level,
 )
@@ -105,13 +106,6 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
         if hosts:
             out.append(f"{name} at {lv.clients} clients: host CPU: " + "; ".join(hosts))
     return out
-
-
-def phase_means(rounds: Sequence[Any]) -> dict[str, float]:
-    """Mean GPU seconds per round by forward phase, over the rounds that timed them."""
-    timed = [r.engine.get("phase_s") for r in rounds if r.ok and r.engine.get("phase_s")]
-    keys = sorted({k for t in timed for k in t})
-    return {k: sum(float(t.get(k, 0.0)) for t in timed) / len(timed) for k in keys}
 
 
 def _ratio(v: Mapping[str, Any]) -> str:

@@ -266,6 +266,16 @@ def _check_levels(levels: Any, where: str) -> None:
                    if not isinstance(cell, dict) or f not in cell]  # fmt: skip
         if missing:
             raise BaselineError(f"{where}.levels.{name} lacks {', '.join(missing)}")
+        phases = cell.get("phase_s")
+        if phases is not None and not (
+            isinstance(phases, dict)
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                    for v in phases.values())
+        ):  # fmt: skip
+            raise BaselineError(
+                f"{where}.levels.{name}.phase_s must map each forward phase to its GPU seconds "
+                f"per round (numbers >= 0), got {phases!r}; fix or remove it"
+            )
 
 
 def load_baseline(path: Path) -> Baseline | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_specdec.core.configs import is_speculative
-from pytest_specdec.measure.levels import levels_of
+from pytest_specdec.measure.levels import levels_of, phase_means, rounds_of
 from pytest_specdec.verdict.baselines import Baseline
 from pytest_specdec.verdict.compare import attribute, history_verdict, session_verdict
 from pytest_specdec.verdict.crossover import Crossover, crossover_of
@@ -45,11 +45,16 @@ class LevelJudgement:
     accept: dict[str, float | None] = field(default_factory=dict)  # new, reference, change
     cause: str | None = None
     cause_text: str | None = None
+    # GPU seconds per round by forward phase, tonight's against the stored ones (same config):
+    # name -> new, reference, change
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def explain(self) -> LevelJudgement:
         if self.verdict is not None:
             self.cause, self.cause_text = attribute(self.verdict, {"level": self.accept})
             tail = f"; {self.cause_text}" if self.cause_text else ""
+            if self.phases:
+                tail += f"; GPU time per round by phase: {phase_text(self.phases)}"
             who = f"{self.clients} client{'s' * (self.clients != 1)}"
             self.message = f"{who}: {self.verdict.explanation}{tail}"
         return self
@@ -63,6 +68,7 @@ class LevelJudgement:
             "accept": self.accept,
             "cause": self.cause,
             "cause_text": self.cause_text,
+            "phases": self.phases,
         }
 
 
@@ -129,6 +135,29 @@ def _accept_change(new: float | None, ref: float | None) -> dict[str, float | No
     return {"new": new, "reference": ref, "change": new / ref - 1 if new and ref else None}
 
 
+def phase_changes(
+    new: Mapping[str, float], stored: Sequence[Mapping[str, Any]]
+) -> dict[str, dict[str, float]]:
+    """Each forward phase timed on both sides: tonight's GPU seconds per round, the stored
+    sessions' mean, and the change (phases on one side only are left out)."""
+    out = {}
+    for name, value in new.items():
+        before = [float(s[name]) for s in stored if s.get(name) is not None]
+        ref = statistics.fmean(before) if before else 0.0
+        if ref > 0:
+            change = round(value / ref - 1, 6) + 0.0  # no "-0.0%" for equal times
+            out[name] = {"new": value, "reference": ref, "change": change}
+    return out
+
+
+def phase_text(phases: Mapping[str, Mapping[str, float]]) -> str:
+    """``extend +139.7% (0.474 -> 1.136 s), target_verify +0.0% (...)``: the largest change
+    first, so the phase where the time went leads."""
+    ordered = sorted(phases.items(), key=lambda kv: -abs(kv[1]["change"]))
+    return ", ".join(f"{name} {p['change']:+.1%} ({p['reference']:.3f} -> {p['new']:.3f} s)"
+                     for name, p in ordered)  # fmt: skip
+
+
 def _empty(config: Mapping[str, Any], against: str) -> LoadJudgement | None:
     """A judgement that ends before any test: nothing measured, or failed rounds."""
     if not levels_of(config):
@@ -164,7 +193,11 @@ def judge_load_history(
         accept = _accept_change(
             level_accept(config, clients), statistics.fmean(accepts) if accepts else None
         )
-        out.levels[clients] = LevelJudgement(clients, verdict, "", accept).explain()
+        phases = phase_changes(
+            phase_means(rounds_of(config, clients)),
+            [c["phase_s"] for c in baseline.level_cells(clients) if c.get("phase_s")],
+        )
+        out.levels[clients] = LevelJudgement(clients, verdict, "", accept, phases=phases).explain()
     if not out.levels:
         out.status, out.message = NO_DATA, "; ".join(out.notes) or "no level to judge"
         return out

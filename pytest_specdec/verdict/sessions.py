@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_specdec.core.results import position_rates_of
 from pytest_specdec.core.values import SCORES
-from pytest_specdec.measure.levels import PROTOCOL, levels_of, rounds_of
+from pytest_specdec.measure.levels import PROTOCOL, levels_of, phase_means, rounds_of
 from pytest_specdec.verdict.baselines import (
     BaselineError,
     append_session,
@@ -261,6 +261,9 @@ def level_cells(config: Mapping[str, Any], session: int) -> dict[str, dict[str, 
             "runs": values, "accept_length": level_accept(config, clients, session),
             "protocol": PROTOCOL,
         }  # fmt: skip
+        phases = phase_means(rounds_of(config, clients, session))
+        if phases:  # the GPU seconds per round by phase, where the engine timed them
+            cells[str(clients)]["phase_s"] = phases
     return cells
 
 
