@@ -280,9 +280,10 @@ def _timed(config: dict[str, Any], phases: dict[int, dict[str, float]]) -> dict[
 
 def test_a_level_verdict_names_the_phase_where_the_gpu_time_went(tmp_path: Path) -> None:
     """Stored sessions keep each level's GPU seconds per round by phase; a level judged
-    against them lists each phase's change, the largest first (here a prefill that took
-    2.4 times as long, the decode phases as before)."""
-    even = {c: {"extend": 0.4, "target_verify": 0.8} for c in (1, 16)}
+    against them lists each phase's change, the one whose seconds moved most first (here a
+    prefill that took 2.4 times as long before a 1 ms phase that tripled, the decode phase as
+    before)."""
+    even = {c: {"extend": 0.4, "target_verify": 0.8, "tiny": 0.001} for c in (1, 16)}
     stored = _timed(_config("spec", {c: _noisy(c, 100.0 * (1 + c / 100)) for c in (1, 16)}),
                     even)  # fmt: skip
     baseline = _baseline_of(stored, tmp_path, sessions=0)
@@ -291,15 +292,15 @@ def test_a_level_verdict_names_the_phase_where_the_gpu_time_went(tmp_path: Path)
         entry = session_entries(_results(stored), _timed(_config("spec", levels), even))[0]
         assert entry["levels"]["16"]["phase_s"] == even[16]  # stored with the level
         baseline.sessions.append({**entry, "id": f"s{s}"})
-    slow = {1: even[1], 16: {"extend": 0.96, "target_verify": 0.8}}
+    slow = {1: even[1], 16: {"extend": 0.96, "target_verify": 0.8, "tiny": 0.003}}
     tonight = _timed(_config("spec", {1: _noisy(9, 101.0), 16: _noisy(8, 116.0 * 0.85)}), slow)
     judged = judge_load_history(tonight, baseline, POLICY)
     level = judged.levels[16]
     assert level.phases["extend"] == pytest.approx(
         {"new": 0.96, "reference": 0.4, "change": 1.4})  # fmt: skip
     assert level.phases["target_verify"]["change"] == pytest.approx(0.0)
-    assert "GPU time per round by phase: extend +140.0% (0.400 -> 0.960 s), target_verify " \
-        "+0.0% (0.800 -> 0.800 s)" in level.message  # fmt: skip
+    assert "GPU time per round by phase: extend +140.0% (0.400 -> 0.960 s), tiny +200.0% " \
+        "(0.001 -> 0.003 s), target_verify +0.0% (0.800 -> 0.800 s)" in level.message  # fmt: skip
     assert judged.to_dict()["levels"]["16"]["phases"]["extend"]["new"] == 0.96
     untimed = judge_load_history(_config("spec", {16: _noisy(8, 116.0)}), baseline, POLICY)
     assert untimed.levels[16].phases == {} and "by phase" not in untimed.levels[16].message

@@ -227,8 +227,12 @@ def _kill_group(pid: int, sig: int) -> None:
 
 def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes of process group ``pgid`` (Linux /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
+    out: list[int] = []
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:  # no /proc (not Linux): no member known
+        return out
+    for entry in entries:
         if not entry.name.isdigit():
             continue
         try:

@@ -5,11 +5,15 @@ around the GPU's work; a host CPU that is shared or taken away stretches every s
 GPU waits. Two readings of Linux's ``/proc``, one before and one after a window, say how much:
 
 * the machine's CPU time by kind (``/proc/stat``): the share the hypervisor took from this
-  machine's CPUs (``steal``: a virtual machine's CPUs running another guest's work) and the
-  share that was busy;
-* for each process of the engine, the CPU seconds its threads ran and the seconds they waited,
-  runnable, for a CPU (``/proc/<pid>/task/<tid>/schedstat``: time on a CPU, time on a run
-  queue), and the busiest one (SGLang's scheduler, llama-server's main process).
+  machine's CPUs (``steal``: a virtual machine's CPUs running another guest's work), over all
+  CPUs and on the CPU that lost the most (``steal_max_cpu``: steal on one CPU is diluted in the
+  machine's total), and the share that was busy;
+* for each process of the engine, thread by thread (``/proc/<pid>/task/<tid>/schedstat``: time
+  on a CPU, time runnable on a run queue), the CPU seconds its threads ran and the seconds they
+  waited for a CPU, and the busiest process (SGLang's scheduler, llama-server's main process)
+  with both as CPUs' worth over the window (1.0: one CPU all the time; several threads can make
+  it more). A thread started during the window counts in full; one that ended during it is not
+  seen (its time is lost, never negative).
 
 A system without ``/proc`` (not Linux) reads nothing: the facts are then empty, never zeros.
 """
@@ -17,45 +21,60 @@ A system without ``/proc`` (not Linux) reads nothing: the facts are then empty, 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 PROC = Path("/proc")
-# The fields of /proc/stat's "cpu" line, in clock ticks, in the kernel's order.
+# The fields of /proc/stat's "cpu" lines, in clock ticks, in the kernel's order.
 CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 _IDLE = ("idle", "iowait")
+Ticks = Mapping[str, int]
 
 
 @dataclass(frozen=True)
 class ProcessTimes:
-    """One process: its name and, summed over its threads, nanoseconds on a CPU and
-    nanoseconds runnable but waiting for one."""
+    """One process: its name and, per thread id, (ns on a CPU, ns runnable waiting for one)."""
 
     name: str
-    run_ns: int
-    wait_ns: int
+    threads: Mapping[int, tuple[int, int]]
 
 
 @dataclass(frozen=True)
 class HostSnapshot:
-    """One reading: when (monotonic ns), the machine's CPU ticks by kind, the processes."""
+    """One reading: when (monotonic ns), the machine's CPU ticks by kind (``cpu``) and per CPU
+    (``cpus``), the processes."""
 
     at_ns: int
-    cpu: Mapping[str, int] | None
+    cpu: Ticks | None
     processes: Mapping[int, ProcessTimes] = field(default_factory=dict)
+    cpus: Mapping[str, Ticks] = field(default_factory=dict)
+
+
+def _ticks(parts: list[str]) -> dict[str, int]:
+    values = [int(v) for v in parts[1 : 1 + len(CPU_FIELDS)]]
+    values += [0] * (len(CPU_FIELDS) - len(values))  # an old kernel: no steal column
+    return dict(zip(CPU_FIELDS, values, strict=True))
+
+
+def cpu_lines(text: str) -> dict[str, dict[str, int]]:
+    """Every ``cpu`` line of ``/proc/stat`` text by name (``cpu`` is the machine's total,
+    ``cpu0``, ``cpu1``… each CPU), by field."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith("cpu"):
+            try:
+                out[parts[0]] = _ticks(parts)
+            except ValueError:
+                continue
+    return out
 
 
 def cpu_ticks(text: str) -> dict[str, int] | None:
     """The machine-wide ``cpu`` line of ``/proc/stat`` text, by field (None: not found)."""
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] == "cpu":
-            values = [int(v) for v in parts[1 : 1 + len(CPU_FIELDS)]]
-            values += [0] * (len(CPU_FIELDS) - len(values))  # an old kernel: no steal column
-            return dict(zip(CPU_FIELDS, values, strict=True))
-    return None
+    return cpu_lines(text).get("cpu")
 
 
 def schedstat(text: str) -> tuple[int, int] | None:
@@ -77,21 +96,19 @@ def _read(path: Path) -> str | None:
 
 
 def process_times(pid: int, proc: Path = PROC) -> ProcessTimes | None:
-    """A process's name and its threads' schedstat sums (None: gone, or no schedstat)."""
+    """A process's name and its threads' schedstat (None: gone, or no schedstat)."""
     base = proc / str(pid)
     name = (_read(base / "comm") or "").strip() or str(pid)
     try:
         tasks = [t for t in (base / "task").iterdir() if t.name.isdigit()]
     except OSError:
         return None
-    run = wait = 0
-    seen = False
+    threads = {}
     for task in tasks:
         got = schedstat(_read(task / "schedstat") or "")
         if got is not None:
-            seen = True
-            run, wait = run + got[0], wait + got[1]
-    return ProcessTimes(name, run, wait) if seen else None
+            threads[int(task.name)] = got
+    return ProcessTimes(name, threads) if threads else None
 
 
 def snapshot(pids: Iterable[int] = (), proc: Path = PROC) -> HostSnapshot:
@@ -101,49 +118,88 @@ def snapshot(pids: Iterable[int] = (), proc: Path = PROC) -> HostSnapshot:
         times = process_times(pid, proc)
         if times is not None:
             processes[pid] = times
-    return HostSnapshot(time.monotonic_ns(), cpu_ticks(_read(proc / "stat") or ""), processes)
+    lines = cpu_lines(_read(proc / "stat") or "")
+    total = lines.pop("cpu", None)
+    return HostSnapshot(time.monotonic_ns(), total, processes, lines)
+
+
+def _shares(before: Ticks, after: Ticks) -> dict[str, float] | None:
+    """``steal`` and ``busy`` as shares of the ticks between two readings of one line (each
+    counter's difference floored at 0: iowait may go back, proc(5) says)."""
+    delta = {k: max(0, after.get(k, 0) - before.get(k, 0)) for k in CPU_FIELDS}
+    total = sum(delta.values())
+    if total <= 0:
+        return None
+    idle = sum(delta[k] for k in _IDLE) + delta["steal"]
+    return {"steal": delta["steal"] / total, "busy": (total - idle) / total}
+
+
+def _spent(before: ProcessTimes | None, after: ProcessTimes) -> tuple[int, int]:
+    """ns on a CPU and ns waiting between two readings of one process, thread by thread (a
+    new thread in full; a thread id whose counters went back is a new thread)."""
+    run = wait = 0
+    for tid, (r1, w1) in after.threads.items():
+        r0, w0 = (before.threads.get(tid) if before else None) or (0, 0)
+        if r1 < r0 or w1 < w0:
+            r0 = w0 = 0
+        run, wait = run + r1 - r0, wait + w1 - w0
+    return run, wait
 
 
 def host_facts(before: HostSnapshot, after: HostSnapshot) -> dict[str, Any]:
     """What the host's CPU did between two readings: ``steal`` and ``busy`` (shares of all
-    CPUs' time), and over the processes seen in both, ``engine_cpu_s`` and ``engine_wait_s``
-    and the ``busiest`` process (its share of the window on a CPU and waiting for one)."""
+    CPUs' time), ``steal_max_cpu`` (the most stolen from one CPU), and over the engine's
+    processes still there at the end, ``engine_cpu_s`` and ``engine_wait_s`` and the
+    ``busiest`` process (``cpus``: CPUs' worth it ran, ``wait``: CPUs' worth it waited)."""
     wall_ns = after.at_ns - before.at_ns
     out: dict[str, Any] = {}
     if before.cpu is not None and after.cpu is not None:
-        delta = {k: after.cpu.get(k, 0) - before.cpu.get(k, 0) for k in CPU_FIELDS}
-        total = sum(delta.values())
-        if total > 0:
-            out["steal"] = delta["steal"] / total
-            out["busy"] = (total - sum(delta[k] for k in _IDLE) - delta["steal"]) / total
-    both = {
-        pid: (after.processes[pid], times)
-        for pid, times in before.processes.items()
-        if pid in after.processes and after.processes[pid].run_ns >= times.run_ns
-    }
-    if both and wall_ns > 0:
-        runs = {pid: a.run_ns - b.run_ns for pid, (a, b) in both.items()}
-        waits = {pid: max(0, a.wait_ns - b.wait_ns) for pid, (a, b) in both.items()}
-        out["engine_cpu_s"] = sum(runs.values()) / 1e9
-        out["engine_wait_s"] = sum(waits.values()) / 1e9
-        top = max(runs, key=lambda pid: runs[pid])
+        out.update(_shares(before.cpu, after.cpu) or {})
+    per_cpu = [s["steal"] for name, ticks in after.cpus.items() if name in before.cpus
+               and (s := _shares(before.cpus[name], ticks)) is not None]  # fmt: skip
+    if per_cpu:
+        out["steal_max_cpu"] = max(per_cpu)
+    spent = {pid: _spent(before.processes.get(pid), times)
+             for pid, times in after.processes.items()}  # fmt: skip
+    if spent and wall_ns > 0:
+        out["engine_cpu_s"] = sum(r for r, _ in spent.values()) / 1e9
+        out["engine_wait_s"] = sum(w for _, w in spent.values()) / 1e9
+        top = max(spent, key=lambda pid: spent[pid][0])
         out["busiest"] = {
-            "name": both[top][0].name,
-            "cpu": runs[top] / wall_ns,
-            "wait": waits[top] / wall_ns,
+            "name": after.processes[top].name,
+            "cpus": spent[top][0] / wall_ns,
+            "wait": spent[top][1] / wall_ns,
         }
     return out
 
 
-def host_line(facts: Mapping[str, Any]) -> str | None:
-    """One line for a report: ``steal 3.1%, busy 22%, sglang::schedul on a CPU 98%, waited
-    0.4%`` (None: nothing was read)."""
+def _span(values: Sequence[float], fmt: str) -> str:
+    low, high = min(values), max(values)
+    return format(low, fmt) if format(low, fmt) == format(high, fmt) else (
+        f"{format(low, fmt)}-{format(high, fmt)}")  # fmt: skip
+
+
+def host_summary(rounds: Sequence[Mapping[str, Any]]) -> str | None:
+    """The host's CPU over several rounds, as ranges: ``12 rounds: steal 0.00-0.66% (one CPU
+    at most 1.20%), busy 13-14%, sglang::schedul ran 1.01-1.02 CPUs, waited at most 0.000``
+    (None: nothing was read)."""
+    read = [f for f in rounds if f]
+    if not read:
+        return None
     parts = []
-    if facts.get("steal") is not None:
-        parts.append(f"steal {facts['steal']:.1%}")
-    if facts.get("busy") is not None:
-        parts.append(f"busy {facts['busy']:.0%}")
-    top = facts.get("busiest")
-    if top:
-        parts.append(f"{top['name']} on a CPU {top['cpu']:.0%}, waited {top['wait']:.1%}")
-    return ", ".join(parts) or None
+    steal = [float(f["steal"]) for f in read if f.get("steal") is not None]
+    if steal:
+        worst = [float(f["steal_max_cpu"]) for f in read if f.get("steal_max_cpu") is not None]
+        parts.append(f"steal {_span(steal, '.2%')}"
+                     + (f" (one CPU at most {max(worst):.2%})" if worst else ""))  # fmt: skip
+    busy = [float(f["busy"]) for f in read if f.get("busy") is not None]
+    if busy:
+        parts.append(f"busy {_span(busy, '.0%')}")
+    tops = [f["busiest"] for f in read if f.get("busiest")]
+    if tops:
+        names = sorted({str(t["name"]) for t in tops})
+        ran = [float(t.get("cpus", t.get("cpu", 0.0))) for t in tops]
+        waited = max(float(t["wait"]) for t in tops)
+        parts.append(f"{'/'.join(names)} ran {_span(ran, '.2f')} CPUs, waited at most "
+                     f"{waited:.3f}")  # fmt: skip
+    return f"{len(read)} round{'s' * (len(read) != 1)}: " + ", ".join(parts) if parts else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_specdec.measure.host import host_line
+from pytest_specdec.measure.host import host_summary
 from pytest_specdec.measure.levels import (
     LevelSummary,
     LoadLimits,
@@ -101,10 +101,9 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
         if phases:
             spent = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in phases.items())
             out.append(f"{name} at {lv.clients} clients: GPU time per round by phase: {spent}")
-        hosts = [f"round {r.round}: {line}" for r in rounds if not r.warmup
-                 and (line := host_line(r.engine.get("host") or {}))]  # fmt: skip
-        if hosts:
-            out.append(f"{name} at {lv.clients} clients: host CPU: " + "; ".join(hosts))
+        host = host_summary([r.engine.get("host") or {} for r in rounds if not r.warmup])
+        if host:
+            out.append(f"{name} at {lv.clients} clients: host CPU over {host}")
     return out
 
 
