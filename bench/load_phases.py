@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from pytest_specdec.core.results import load_results
-from pytest_specdec.measure.levels import RoundResult, levels_of, rounds_of
+from pytest_specdec.measure.levels import RoundResult, levels_of, phase_means, rounds_of
 
 
 def measured(config: dict[str, Any], clients: int) -> list[RoundResult]:
@@ -58,7 +58,8 @@ def boot_rows(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
         cells = [str(session), str(len(mine)), _cell(tput, ".0f"),
                  _cell(mean([util(r) for r in mine]), ".0f"),
                  _cell(mean([h.get("steal") for h in host]), ".2%")]  # fmt: skip
-        cells += [_cell(mean([phases_of(r).get(n) for r in mine]), ".3f") for n in names]
+        phases = phase_means(mine)
+        cells += [_cell(phases.get(n), ".3f") for n in names]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -71,7 +72,7 @@ def phase_lines(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str
     for name in names:
         timed = [(t, phases_of(r)[name]) for t, r in zip(tput, rounds, strict=True)
                  if name in phases_of(r)]  # fmt: skip
-        boots = [mean([phases_of(r).get(name) for r in rounds if r.session == s])
+        boots = [phase_means([r for r in rounds if r.session == s]).get(name)
                  for s in sessions]  # fmt: skip
         known = [b for b in boots if b]
         spread = max(known) / min(known) if len(known) > 1 else None

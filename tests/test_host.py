@@ -14,7 +14,7 @@ import pytest
 from pytest_specdec.measure.host import (
     HostSnapshot,
     ProcessTimes,
-    cpu_ticks,
+    cpu_lines,
     host_facts,
     host_summary,
     schedstat,
@@ -41,12 +41,12 @@ def _proc(root: Path, stat: dict[str, int], processes: dict[int, tuple[str, list
 
 
 def test_proc_texts_parse_and_odd_ones_read_as_nothing() -> None:
-    assert cpu_ticks("cpu  1 2 3 4 5 6 7 8 9 10\n") == {
+    assert cpu_lines("cpu  1 2 3 4 5 6 7 8 9 10\n").get("cpu") == {
         "user": 1, "nice": 2, "system": 3, "idle": 4, "iowait": 5, "irq": 6, "softirq": 7,
         "steal": 8}  # fmt: skip
-    assert cpu_ticks("cpu  1 2 3 4\n")["steal"] == 0  # type: ignore[index]  # no steal column
-    assert cpu_ticks("cpu0 1 2 3\n") is None  # only per-CPU lines: the total is missing
-    assert cpu_ticks("cpu  1 x 3\n") is None
+    assert cpu_lines("cpu  1 2 3 4\n")["cpu"]["steal"] == 0  # an old kernel: no steal column
+    assert cpu_lines("cpu0 1 2 3\n").get("cpu") is None  # only per-CPU lines: no total
+    assert cpu_lines("cpu  1 x 3\n").get("cpu") is None
     assert schedstat("123 456 7\n") == (123, 456)
     assert schedstat("") is None and schedstat("x y") is None
 

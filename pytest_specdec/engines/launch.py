@@ -225,16 +225,18 @@ def _kill_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
+def _process_dirs() -> list[Path]:
+    """``/proc/<pid>`` of every process (none where there is no /proc: not Linux)."""
+    try:
+        return [entry for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    except OSError:
+        return []
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes of process group ``pgid`` (Linux /proc)."""
-    out: list[int] = []
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:  # no /proc (not Linux): no member known
-        return out
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
+    out = []
+    for entry in _process_dirs():
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
@@ -280,9 +282,7 @@ def engines_started_here(needle: str = "", root: str | None = None) -> list[int]
     own = root or lineage()
     prefix = f"{ENGINE_MARKER}=".encode()
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for entry in _process_dirs():
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
             marks = [e[len(prefix) :].decode(errors="replace") for e in environ

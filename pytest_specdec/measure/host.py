@@ -72,11 +72,6 @@ def cpu_lines(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def cpu_ticks(text: str) -> dict[str, int] | None:
-    """The machine-wide ``cpu`` line of ``/proc/stat`` text, by field (None: not found)."""
-    return cpu_lines(text).get("cpu")
-
-
 def schedstat(text: str) -> tuple[int, int] | None:
     """``/proc/…/schedstat`` text: (ns on a CPU, ns waiting on a run queue), or None."""
     parts = text.split()

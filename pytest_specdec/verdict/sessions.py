@@ -251,7 +251,8 @@ def level_cells(config: Mapping[str, Any], session: int) -> dict[str, dict[str, 
     """The baseline cells of one server session's load levels, keyed by client count."""
     cells: dict[str, dict[str, Any]] = {}
     for clients in levels_of(config):
-        values = [float(r.output_tok_per_s) for r in rounds_of(config, clients, session)
+        rounds = rounds_of(config, clients, session)
+        values = [float(r.output_tok_per_s) for r in rounds
                   if r.ok and r.output_tok_per_s]  # fmt: skip
         if not values:
             continue
@@ -261,7 +262,7 @@ def level_cells(config: Mapping[str, Any], session: int) -> dict[str, dict[str, 
             "runs": values, "accept_length": level_accept(config, clients, session),
             "protocol": PROTOCOL,
         }  # fmt: skip
-        phases = phase_means(rounds_of(config, clients, session))
+        phases = phase_means(rounds)
         if phases:  # the GPU seconds per round by phase, where the engine timed them
             cells[str(clients)]["phase_s"] = phases
     return cells
