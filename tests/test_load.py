@@ -4,6 +4,7 @@ Holm across levels, the speedup curve's crossover, baseline cells and the suite 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import sys
@@ -25,10 +26,12 @@ from pytest_specdec.measure.levels import (
     LoadLimits,
     client_order,
     levels_of,
+    observed_notes,
     run_round,
     summarize_level,
     summarize_round,
 )
+from pytest_specdec.report.load import _engine_cell
 from pytest_specdec.verdict.baselines import BaselineError, _check_document
 from pytest_specdec.verdict.crossover import crossover_of, first_fall
 from pytest_specdec.verdict.load import (
@@ -115,6 +118,29 @@ def test_a_level_summary_leaves_failed_and_invalid_rounds_out() -> None:
     assert level.ci_half is not None and level.ci_half > 0
 
 
+def test_a_level_names_its_prefills_outside_graphs() -> None:
+    """The eager prefills of a level's rounds are summed and named in its notes and its engine
+    cell, with the largest; a level with none says nothing of them."""
+    rounds = [
+        replace(summarize_round(4, n, 1, [_record(0, 0), _record(1, 0)], 1.0),
+                engine={"prefill_batches": 20, "prefill_outside_graphs": 9 + n,
+                        "prefill_outside_max_tokens": n})
+        for n in (1, 2)
+    ]  # fmt: skip
+    level = summarize_level(rounds)
+    assert (level.prefill_batches, level.prefill_outside_graphs) == (40, 21)
+    assert level.prefill_outside_max_tokens == 2
+    assert observed_notes(level) == [
+        "prefill outside CUDA graphs: 21 of 40 prefill batches, of 2 new tokens at most "
+        "(the engine's log)"
+    ]
+    assert _engine_cell(level, LoadLimits()) == "eager prefill 21/40"
+    clean = summarize_level([replace(r, engine={"prefill_batches": 20}) for r in rounds])
+    assert observed_notes(clean) == [] and _engine_cell(clean, LoadLimits()) == "-"
+    off = LoadLimits(prefill_graphs_off="--disable-prefill-cuda-graph")
+    assert _engine_cell(clean, off) == "eager prefill"
+
+
 def test_load_limits_name_queueing_and_graphs() -> None:
     sglang = SGLangEngine()
     argv = ["python", "-m", "sglang.launch_server", "--max-running-requests", "32",
@@ -126,6 +152,11 @@ def test_load_limits_name_queueing_and_graphs() -> None:
     assert "outside CUDA graphs above batch 16 (--cuda-graph-max-bs-decode 16)" in limits.notes(32)
     off = sglang.load_limits([*argv, "--disable-cuda-graph"])
     assert off.graph_max_batch == 0 and "they are off" in off.notes(1)[0]
+    assert off.notes(1)[-1] == "prefill outside CUDA graphs: they are off (--disable-cuda-graph)"
+    eager = sglang.load_limits([*argv, "--disable-prefill-cuda-graph"])
+    assert (eager.graph_max_batch, eager.prefill_graphs_off) == (16, "--disable-prefill-cuda-graph")
+    fork = sglang.load_limits([*argv, "--disable-piecewise-cuda-graph"])
+    assert fork.prefill_graphs_off == "--disable-piecewise-cuda-graph"
     assert sglang.load_limits(["python", "--cuda-graph-max-bs=8"]).graph_max_batch == 8
     llama = LlamaCppEngine().load_limits(["llama-server", "-np", "4", "-c", "8192"])
     assert llama == LoadLimits(slots=4, slots_flag="-np")
@@ -136,6 +167,13 @@ SGLANG_LOG = """\
 [2026-12-03 10:00:01] Prefill batch, #new-seq: 8, #new-token: 400, #cached-token: 0, \
 token usage: 0.00, #running-req: 0, #queue-req: 0, cuda graph: False, input throughput \
 (token/s): 1000.00
+[2026-12-03 21:11:18] Prefill batch, #new-seq: 1, #new-token: 148, #cached-token: 0, token \
+usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: True, input \
+throughput (token/s): 97.81, fwd occupancy: nan%
+[2026-12-03 21:11:20] Prefill batch, #new-seq: 1, #new-token: 1, #cached-token: 147, token \
+usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input \
+throughput (token/s): 1.44, fwd occupancy: nan%
+[2026-12-03 21:11:21] Prefill batch, #new-seq: 3, #new-token: 3, #cached-token: 410
 [2026-12-03 10:00:02] Decode batch, #running-req: 8, #token: 1100, token usage: 0.01, \
 accept len: 8.62, accept rate: 0.54, cuda graph: True, gen throughput (token/s): 1433.21, \
 #queue-req: 0
@@ -145,9 +183,17 @@ cuda graph: False, gen throughput (token/s): 3662.50, #queue-req: 3
 
 
 def test_sglang_log_facts_read_its_decode_lines() -> None:
+    """Decode lines (every --decode-log-interval steps) and prefill lines (every batch), as
+    SGLang 0.5.17 wrote them on an H200; a prefill line without the graph field (an older
+    build) counts as a batch and never as one outside graphs."""
     facts = SGLangEngine().log_facts(SGLANG_LOG)
     assert facts == {"decode_lines": 2, "outside_graphs": 1, "log_max_running": 64,
-                     "log_max_queued": 3, "log_gen_tok_per_s": 3662.5}  # fmt: skip
+                     "log_max_queued": 3, "log_gen_tok_per_s": 3662.5,
+                     "prefill_batches": 4, "prefill_outside_graphs": 2,
+                     "prefill_outside_max_tokens": 400}  # fmt: skip
+    prefill_only = SGLangEngine().log_facts(SGLANG_LOG.split("[2026-12-03 10:00:02]")[0])
+    assert prefill_only == {"prefill_batches": 4, "prefill_outside_graphs": 2,
+                            "prefill_outside_max_tokens": 400}  # fmt: skip
     assert SGLangEngine().log_facts("nothing here") == {}
     assert SGLangEngine().load_gauges({'sglang:num_queue_reqs{model_name="m"}': 2.0}) == {
         "running": None, "queued": 2.0}  # fmt: skip
@@ -572,8 +618,28 @@ def test_the_prefill_graphs_variant_changes_one_setting_of_the_load_suite() -> N
     variant = load_suite_settings(suites / "specdec-gpu-load-prefill-graphs.toml")
     assert (variant.concurrency, variant.rounds) == (base.concurrency, base.rounds)
     assert variant.baseline_dir == "baselines/load-prefill-graphs" != base.baseline_dir
-    old = base.engine_settings("sglang").extra_args
-    new = variant.engine_settings("sglang").extra_args
-    assert set(old) - set(new) == {"--disable-prefill-cuda-graph"}
-    assert set(new) - set(old) == {"--cuda-graph-max-bs-prefill", "256"}
+    old = list(base.engine_settings("sglang").extra_args)
+    new = list(variant.engine_settings("sglang").extra_args)
+    assert "--disable-prefill-cuda-graph" in old and "--disable-prefill-cuda-graph" not in new
+    at = new.index("--cuda-graph-bs-prefill")
+    sizes = [int(a) for a in itertools.takewhile(str.isdigit, new[at + 1 :])]
+    prefill = {"--cuda-graph-max-bs-prefill", "--cuda-graph-bs-prefill"}
+    assert _without(new, prefill) == _without(old, {"--disable-prefill-cuda-graph"})
+    assert new[new.index("--cuda-graph-max-bs-prefill") + 1] == str(max(sizes)) == "256"
+    # SGLang replays a prefill graph when the new tokens pad to a size at most twice as large:
+    # every count up to the largest size must have one, a single new token above all.
+    assert all(any(n <= s <= 2 * n for s in sizes) for n in range(1, max(sizes) + 1))
     assert variant.models_for("sglang") == base.models_for("sglang")
+
+
+def _without(argv: list[str], flags: set[str]) -> list[str]:
+    """argv without the given flags and the numbers that follow each."""
+    out: list[str] = []
+    skipping = False
+    for arg in argv:
+        if arg in flags:
+            skipping = True
+        elif not (skipping and arg.isdigit()):
+            skipping = False
+            out.append(arg)
+    return out

@@ -61,12 +61,25 @@ DECODE_LINE = re.compile(
     r"(?P<graph>True|False).*?gen throughput \(token/s\): (?P<tput>[\d.]+)"
     r"(?:.*?#queue-req: (?P<queue>\d+))?"
 )
+# Its line for every prefill batch: "Prefill batch, #new-seq: 1, #new-token: 1, #cached-token: 147,
+# ..., cuda graph: False, ..." (SGLang 0.5.17). A prefill runs in a captured graph only when its
+# new tokens pad to a captured size at most twice as large (prefill_cuda_graph_runner.py), so
+# with the default sizes (4, 8, 12, ...) a single new token, the usual prefill under load after
+# a cached prompt, runs eagerly.
+PREFILL_LINE = re.compile(r"Prefill batch.*?#new-token: (?P<tokens>\d+)[^\n]*")
+GRAPH_FIELD = re.compile(r"(?:cuda|cpu|npu|musa) graph: (True|False)")
 GRAPH_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
 # With SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (and --enable-metrics) SGLang times every forward on
 # the GPU and counts it by phase (category: decode, target_verify, eagle_draft, …).
 PHASE_TIME = "sglang:forward_execution_seconds_total"
 PHASE_LABEL = re.compile(r'[{,]category="([^"]*)"')
 NO_GRAPH_FLAGS = ("--disable-cuda-graph", "--disable-decode-cuda-graph")
+# Prefill graphs off: 0.5.17's flags, and the older builds' piecewise graphs (the DDTree fork).
+NO_PREFILL_GRAPH_FLAGS = (
+    "--disable-cuda-graph",
+    "--disable-prefill-cuda-graph",
+    "--disable-piecewise-cuda-graph",
+)
 
 
 # Runs in SGLang's interpreter: the prompts through the model's own tokenizer and its chat
@@ -251,29 +264,45 @@ class SGLangEngine(EngineBase):
     queued_gauge = "sglang:num_queue_reqs"
 
     def load_limits(self, argv: Sequence[str]) -> LoadLimits:
-        """--max-running-requests, and the decode CUDA graphs' largest batch (0: off)."""
+        """--max-running-requests, the decode CUDA graphs' largest batch (0: off), and the
+        flag that turns prefill graphs off, if given."""
         slots, flag = flag_int(argv, self.slot_flags)
+        prefill_off = next((f for f in NO_PREFILL_GRAPH_FLAGS if f in argv), None)
         off = next((f for f in NO_GRAPH_FLAGS if f in argv), None)
         if off is not None:
-            return LoadLimits(slots, flag, 0, off)
+            return LoadLimits(slots, flag, 0, off, prefill_off)
         graph, graph_flag = flag_int(argv, GRAPH_FLAGS)
-        return LoadLimits(slots, flag, graph, graph_flag)
+        return LoadLimits(slots, flag, graph, graph_flag, prefill_off)
 
     def log_facts(self, text: str) -> dict[str, Any]:
         """Its decode log lines: how many, how many ran outside CUDA graphs, the most requests
-        running and queued, the median generation throughput it printed."""
+        running and queued, the median generation throughput it printed. Its prefill lines:
+        how many batches, how many ran outside CUDA graphs, and the most new tokens of one
+        that did."""
+        out: dict[str, Any] = {}
         lines = [m for m in DECODE_LINE.finditer(text)]
-        if not lines:
-            return {}
-        queues = [int(m["queue"]) for m in lines if m["queue"] is not None]
-        tputs = sorted(float(m["tput"]) for m in lines)
-        return {
-            "decode_lines": len(lines),
-            "outside_graphs": sum(1 for m in lines if m["graph"] == "False"),
-            "log_max_running": max(int(m["running"]) for m in lines),
-            "log_max_queued": max(queues) if queues else None,
-            "log_gen_tok_per_s": tputs[len(tputs) // 2],
-        }
+        if lines:
+            queues = [int(m["queue"]) for m in lines if m["queue"] is not None]
+            tputs = sorted(float(m["tput"]) for m in lines)
+            out.update({
+                "decode_lines": len(lines),
+                "outside_graphs": sum(1 for m in lines if m["graph"] == "False"),
+                "log_max_running": max(int(m["running"]) for m in lines),
+                "log_max_queued": max(queues) if queues else None,
+                "log_gen_tok_per_s": tputs[len(tputs) // 2],
+            })  # fmt: skip
+        prefills = [m for m in PREFILL_LINE.finditer(text)]
+        if prefills:
+            eager = [
+                int(m["tokens"]) for m in prefills
+                if (g := GRAPH_FIELD.search(m.group(0))) is not None and g.group(1) == "False"
+            ]  # fmt: skip
+            out.update({
+                "prefill_batches": len(prefills),
+                "prefill_outside_graphs": len(eager),
+                "prefill_outside_max_tokens": max(eager) if eager else None,
+            })  # fmt: skip
+        return out
 
     def phase_seconds(
         self, before: Mapping[str, float], after: Mapping[str, float]

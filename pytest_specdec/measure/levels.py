@@ -218,6 +218,9 @@ class LevelSummary:
     max_running: float | None
     max_queued: float | None
     outside_graphs: int  # decode log lines that ran outside CUDA graphs (SGLang)
+    prefill_batches: int = 0  # prefill batches the engine's log listed (SGLang)
+    prefill_outside_graphs: int = 0  # of which ran outside CUDA graphs
+    prefill_outside_max_tokens: int | None = None  # the most new tokens of one of those
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -248,8 +251,17 @@ def summarize_level(rounds: Sequence[RoundResult]) -> LevelSummary:
         accept_length=statistics.fmean(accepts) if accepts else None,
         wall_s=sum(r.wall_s for r in rounds),
         max_running=most("max_running"), max_queued=most("max_queued"),
-        outside_graphs=int(sum(float(r.engine.get("outside_graphs") or 0) for r in rounds)),
+        outside_graphs=_total(rounds, "outside_graphs"),
+        prefill_batches=_total(rounds, "prefill_batches"),
+        prefill_outside_graphs=_total(rounds, "prefill_outside_graphs"),
+        prefill_outside_max_tokens=None if (m := most("prefill_outside_max_tokens")) is None
+        else int(m),
     )  # fmt: skip
+
+
+def _total(rounds: Sequence[RoundResult], key: str) -> int:
+    """An engine count summed over rounds (rounds without it count 0)."""
+    return int(sum(float(r.engine.get(key) or 0) for r in rounds))
 
 
 def _medians(cells: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
@@ -302,6 +314,7 @@ class LoadLimits:
     slots_flag: str | None = None
     graph_max_batch: int | None = None
     graph_flag: str | None = None
+    prefill_graphs_off: str | None = None  # the flag that turned prefill CUDA graphs off
 
     def notes(self, clients: int) -> list[str]:
         """What a level of ``clients`` meets, by the command line."""
@@ -318,6 +331,8 @@ class LoadLimits:
                 f"outside CUDA graphs above batch {self.graph_max_batch} "
                 f"({self.graph_flag} {self.graph_max_batch})"
             )
+        if self.prefill_graphs_off is not None:
+            out.append(f"prefill outside CUDA graphs: they are off ({self.prefill_graphs_off})")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -332,4 +347,11 @@ def observed_notes(level: LevelSummary) -> list[str]:
         out.append(f"queued: up to {level.max_queued:.0f} requests waited (engine's own count)")
     if level.outside_graphs:
         out.append(f"outside CUDA graphs: {level.outside_graphs} decode log lines said so")
+    if level.prefill_outside_graphs:
+        most = level.prefill_outside_max_tokens
+        size = "" if most is None else f", of {most} new token{'s' if most != 1 else ''} at most"
+        out.append(
+            f"prefill outside CUDA graphs: {level.prefill_outside_graphs} of "
+            f"{level.prefill_batches} prefill batches{size} (the engine's log)"
+        )
     return out

@@ -41,6 +41,10 @@ def _engine_cell(level: LevelSummary, limits: LoadLimits) -> str:
         notes.append(f"no graph x{level.outside_graphs}")
     elif limits.graph_max_batch is not None and level.clients > limits.graph_max_batch:
         notes.append(f"no graph > {limits.graph_max_batch}")
+    if level.prefill_outside_graphs:
+        notes.append(f"eager prefill {level.prefill_outside_graphs}/{level.prefill_batches}")
+    elif limits.prefill_graphs_off is not None:
+        notes.append("eager prefill")
     return ", ".join(notes) or "-"
 
 
