@@ -7,12 +7,14 @@ stolen share and the engine's busiest process (``engine.host``), beside the roun
 Per config and level, one row per boot (server session): the mean over its measured rounds.
 Then, over every measured round of the level, each phase's spread between boots (the largest
 boot mean over the smallest) and its correlation with the round's throughput: the phase whose
-time moves with the throughput while the others stay put is where the boots differ.
+time moves with the throughput while the others stay put is where the boots differ. Last, the
+boots' spread and the MDE one boot a night would have against K stored boots (``--stored``).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +24,7 @@ import numpy as np
 
 from pytest_specdec.core.results import load_results
 from pytest_specdec.measure.levels import RoundResult, levels_of, phase_means, rounds_of
+from pytest_specdec.verdict.planning import history_mde
 
 
 def measured(config: dict[str, Any], clients: int) -> list[RoundResult]:
@@ -85,10 +88,33 @@ def phase_lines(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str
     return out
 
 
+def boot_spread(rounds: Sequence[RoundResult], stored: Sequence[int]) -> str | None:
+    """The spread of the boots' level means (sd of their logs, as the prediction interval
+    reads it) and the MDE a night of one boot would have against that many stored boots."""
+    sessions = sorted({r.session for r in rounds})
+    means = [
+        statistics.fmean(math.log(float(r.output_tok_per_s or 0)) for r in rounds if r.session == s)
+        for s in sessions
+    ]
+    if len(means) < 2:
+        return None
+    sd = statistics.stdev(means)
+    mdes = ", ".join(f"{k} stored {history_mde(sd, k):.1%}" for k in stored)
+    boots = " / ".join(f"{math.exp(m):.0f}" for m in means)
+    return f"  boots {boots} tok/s: sd of their logs {sd:.2%}; one boot's MDE against {mdes}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("results", type=Path)
     parser.add_argument("--clients", type=int, action="append", default=None)
+    parser.add_argument(
+        "--stored",
+        type=int,
+        nargs="+",
+        default=[5, 10],
+        help="stored boots K for the MDE line (default 5 10)",
+    )
     args = parser.parse_args(argv)
     doc = load_results(args.results)
     for cfg in doc["configs"]:
@@ -103,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("|" + "---:|" * (5 + len(names)))
             print("\n".join(boot_rows(rounds, names)))
             print("\n".join(phase_lines(rounds, names)))
+            spread = boot_spread(rounds, args.stored)
+            if spread:
+                print(spread)
     return 0
 
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_specdec.core.results import load_results  # noqa: E402
 from pytest_specdec.core.values import SCORES  # noqa: E402
-from pytest_specdec.verdict.numbers import drop_fraction, t_ppf  # noqa: E402
+from pytest_specdec.verdict.planning import history_mde  # noqa: E402
 from pytest_specdec.verdict.sessions import (  # noqa: E402
     by_session,
     suite_runs,
@@ -41,13 +41,6 @@ from pytest_specdec.verdict.stats import (  # noqa: E402
     between_session_cv,
     decision_delta,
 )
-
-
-def history_mde(cv: float, k: int, m: int) -> float:
-    """MDE of the prediction-interval test: K stored sessions, m new ones."""
-    df = k - 1
-    t_sum = t_ppf(1 - DEFAULT_POLICY.alpha, df) + t_ppf(DEFAULT_POLICY.power, df)
-    return drop_fraction(t_sum * cv * math.sqrt(1 / m + 1 / k))
 
 
 def boots(paths: list[Path]) -> dict[str, list[tuple[dict[str, Any], list[str]]]]:

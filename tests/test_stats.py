@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as sps
 from tests_support import against_history
 
-from pytest_specdec.verdict.planning import mde, runs_needed
+from pytest_specdec.verdict.planning import history_mde, mde, runs_needed
 from pytest_specdec.verdict.stats import (
     Outcome,
     SessionSummary,
@@ -321,6 +321,20 @@ def test_mde_one_sample_and_degenerate() -> None:
     assert mde(0.03, 5, two_sample=False) == pytest.approx(1 - math.exp(-x))
     assert mde(0.03, 1) == 1.0
     assert mde(0.0, 5) == 0.0
+
+
+def test_history_mde_is_the_prediction_interval_verdicts_mde() -> None:
+    """The MDE a night of m sessions has against K stored ones is the one its verdict reports."""
+    rng = np.random.default_rng(3)
+    history = [SessionSummary.from_values(list(100 * np.exp(rng.normal(b, 0.01, 4))))
+               for b in rng.normal(0, 0.02, 6)]  # fmt: skip
+    spread = float(np.std([h.mean_log for h in history], ddof=1))
+    tonight = [SessionSummary.from_values([99.0, 100.0, 101.0])]
+    verdict = against_history_sessions(tonight, history)
+    assert verdict.mde == pytest.approx(history_mde(spread, 6))
+    assert history_mde(spread, 6, m=3) < history_mde(spread, 6) < history_mde(spread, 3)
+    with pytest.raises(ValueError, match="k = 1"):
+        history_mde(0.01, 1)
 
 
 def test_runs_needed_is_the_smallest_n_with_mde_under_delta() -> None:

@@ -30,6 +30,17 @@ def mde(
     return drop_fraction(t_sum * cv * math.sqrt(k / n))
 
 
+def history_mde(cv: float, k: int, m: int = 1, policy: VerdictPolicy = DEFAULT_POLICY) -> float:
+    """MDE of the prediction-interval test (against_history_sessions): ``m`` new sessions
+    against ``k`` stored ones whose means spread by ``cv`` (log sd): (t(1-alpha) + t(power)),
+    df k-1, times cv·√(1/m + 1/k)."""
+    check_range("cv", cv, math.isfinite(cv) and cv >= 0, "finite and >= 0")
+    check_range("k", k, k >= 2, "an integer >= 2 (stored sessions)")
+    check_range("m", m, m >= 1, "an integer >= 1 (new sessions)")
+    t_sum = t_ppf(1 - policy.alpha, k - 1) + t_ppf(policy.power, k - 1)
+    return drop_fraction(t_sum * cv * math.sqrt(1 / m + 1 / k))
+
+
 def runs_needed(
     cv: float, delta: float, policy: VerdictPolicy = DEFAULT_POLICY, *,
     two_sample: bool = True, current: int = 0, cap: int = 100_000,
