@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,16 @@ from pytest_specdec.core.values import rounds
 from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.measure.levels import (
+    GaugeWatch,
     LoadLimits,
     client_order,
+    gauge_read_summary,
     levels_of,
     observed_notes,
     run_round,
     summarize_level,
     summarize_round,
+    watch_gauges,
 )
 from pytest_specdec.report.load import _engine_cell
 from pytest_specdec.verdict.baselines import BaselineError, _check_document
@@ -547,6 +551,45 @@ class FakeSGLang:
                               headers={"content-type": "text/event-stream"})  # fmt: skip
 
 
+def test_gauge_reads_start_one_interval_in_and_are_timed() -> None:
+    """No read meets a round's first requests; each read's time is kept, failed ones too."""
+    every, slow = 0.05, 0.03
+    started: list[float] = []
+
+    async def read() -> dict[str, float | None] | None:
+        started.append(time.perf_counter() - t0)
+        await asyncio.sleep(slow)
+        if len(started) == 2:
+            raise httpx.ConnectError("refused")
+        return {"running": float(len(started)), "queued": 0.0}
+
+    async def main() -> GaugeWatch:
+        watch, stop = GaugeWatch(), asyncio.Event()
+        poll = asyncio.ensure_future(watch_gauges(read, watch, every, stop))
+        while len(started) < 3:
+            await asyncio.sleep(0.01)
+        stop.set()
+        await poll
+        return watch
+
+    t0 = time.perf_counter()
+    watch = asyncio.run(main())
+    assert started[0] >= every  # one interval in, never at the round's start
+    assert watch.reads == len(started) and watch.samples == watch.reads - 1  # the failed one
+    assert watch.read_s_max >= slow and watch.read_s_total >= slow * watch.reads
+    assert watch.max_running == max(float(n) for n in range(1, watch.reads + 1) if n != 2)
+    rounds = [
+        replace(
+            summarize_round(2, 1, 1, [_record(0, 0)], 2.0),
+            engine={"gauge_reads": 4, "gauge_read_max_s": 0.12, "gauge_read_s": 0.2},
+        )
+    ]
+    assert gauge_read_summary(rounds) == (
+        "4 metrics reads during the rounds, the longest 120 ms, 10.0% of the rounds' time"
+    )  # fmt: skip
+    assert gauge_read_summary([replace(rounds[0], engine={})]) is None
+
+
 def test_sglang_phase_seconds_come_from_its_device_timer_counters() -> None:
     from pytest_specdec.engines.base import parse_prometheus
 
@@ -612,7 +655,7 @@ def test_load_levels_run_after_the_one_request_tests_of_each_server_session(
 
 def test_the_prefill_graphs_variant_changes_one_setting_of_the_load_suite() -> None:
     """suites/specdec-gpu-load-prefill-graphs.toml is the load suite with SGLang's prefill in
-    CUDA graphs (capped at 256 new tokens a batch), stored apart: nothing else differs."""
+    CUDA graphs (sizes up to 256 new tokens, from one), stored apart: nothing else differs."""
     suites = Path(__file__).resolve().parents[1] / "suites"
     base = load_suite_settings(suites / "specdec-gpu-load.toml")
     variant = load_suite_settings(suites / "specdec-gpu-load-prefill-graphs.toml")

@@ -137,6 +137,10 @@ class SweepSteps(Steps):
         host = host_facts(host_before, snapshot(pids))
         facts = {"gauge_samples": watch.samples, "max_running": watch.max_running,
                  "max_queued": watch.max_queued, **self._log_facts(server, offset)}  # fmt: skip
+        if watch.reads:  # how long the engine took to answer the gauge reads
+            facts["gauge_reads"] = watch.reads
+            facts["gauge_read_max_s"] = watch.read_s_max
+            facts["gauge_read_s"] = watch.read_s_total
         if host:  # the host's CPU over the round: steal, and the engine's processes
             facts["host"] = host
         if phases:  # GPU seconds per forward phase over the round (SGLang's device timer)

@@ -83,6 +83,9 @@ class GaugeWatch:
     samples: int = 0
     max_running: float | None = None
     max_queued: float | None = None
+    reads: int = 0  # reads tried, failed ones too
+    read_s_max: float = 0.0  # the longest read (seconds): the engine answered that late
+    read_s_total: float = 0.0
 
     def add(self, gauges: Mapping[str, float | None]) -> None:
         self.samples += 1
@@ -99,19 +102,30 @@ async def watch_gauges(
     every_s: float,
     stop: asyncio.Event,
 ) -> None:
-    """Poll ``read`` every ``every_s`` seconds until ``stop`` is set (a failed read is skipped:
-    the gauges are evidence about the engine, not a measurement)."""
-    while not stop.is_set():
+    """Poll ``read`` every ``every_s`` seconds until ``stop`` is set, the first read one interval
+    in (a failed read is skipped: the gauges are evidence about the engine, not a measurement).
+
+    A read can delay the requests it meets: SGLang serves ``/metrics`` from its HTTP server's
+    event loop, gathering every process's metrics synchronously, so requests that arrive or
+    stream meanwhile wait. So no read meets a round's first requests, and each read's time is
+    kept (``reads``, ``read_s_max``, ``read_s_total``)."""
+    while True:
+        try:
+            await asyncio.wait_for(stop.wait(), every_s)
+            return
+        except asyncio.TimeoutError:
+            pass
+        start = time.perf_counter()
         try:
             found = await read()
         except Exception:
             found = None
+        took = time.perf_counter() - start
+        watch.reads += 1
+        watch.read_s_total += took
+        watch.read_s_max = max(watch.read_s_max, took)
         if found:
             watch.add(found)
-        try:
-            await asyncio.wait_for(stop.wait(), every_s)
-        except asyncio.TimeoutError:
-            continue
 
 
 @dataclass(frozen=True)
@@ -297,6 +311,20 @@ def phase_means(rounds: Sequence[RoundResult]) -> dict[str, float]:
     timed: list[Mapping[str, Any]] = [p for r in rounds if r.ok and (p := r.engine.get("phase_s"))]
     keys = sorted({k for t in timed for k in t})
     return {k: sum(float(t.get(k, 0.0)) for t in timed) / len(timed) for k in keys}
+
+
+def gauge_read_summary(rounds: Sequence[RoundResult]) -> str | None:
+    """How long the engine took to answer the gauge reads of these rounds: how many, the
+    longest, and their time as a share of the rounds' (None: no read timed)."""
+    timed = [r for r in rounds if r.engine.get("gauge_reads")]
+    if not timed:
+        return None
+    reads = sum(int(r.engine["gauge_reads"]) for r in timed)
+    longest = max(float(r.engine.get("gauge_read_max_s") or 0.0) for r in timed)
+    spent = sum(float(r.engine.get("gauge_read_s") or 0.0) for r in timed)
+    wall = sum(r.wall_s for r in timed)
+    share = f", {spent / wall:.1%} of the rounds' time" if wall > 0 else ""
+    return f"{reads} metrics reads during the rounds, the longest {longest * 1000:.0f} ms{share}"
 
 
 def levels_of(config: Mapping[str, Any]) -> list[int]:

@@ -14,6 +14,7 @@ from pytest_specdec.measure.host import host_summary
 from pytest_specdec.measure.levels import (
     LevelSummary,
     LoadLimits,
+    gauge_read_summary,
     levels_of,
     observed_notes,
     phase_means,
@@ -108,6 +109,9 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
         host = host_summary([r.engine.get("host") or {} for r in rounds if not r.warmup])
         if host:
             out.append(f"{name} at {lv.clients} clients: host CPU over {host}")
+        reads = gauge_read_summary(rounds)
+        if reads:
+            out.append(f"{name} at {lv.clients} clients: {reads}")
     return out
 
 
