@@ -185,7 +185,8 @@ def markdown_section(results: Mapping[str, Any]) -> list[str]:
            "geometric mean of the rounds' aggregate output tok/s ± its 95% CI (as a share), "
            "decode tok/s (1 / TPOT) at the median and the slow 99th percentile, TTFT, accept "
            "length from the engine's counters, and what the engine did (`queued`: requests "
-           "waited; `no graph`: batches outside CUDA graphs).", ""]  # fmt: skip
+           "waited; `no graph`: decode batches outside CUDA graphs; `eager prefill`: prefill "
+           "batches outside them, of all).", ""]  # fmt: skip
     for c in configs:
         name = str(c["name"])
         out += [f"**{code(name)}** — {md(limits_line(name, c).split(': ', 1)[1])}", ""]
