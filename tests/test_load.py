@@ -578,6 +578,8 @@ def test_gauge_reads_start_one_interval_in_and_are_timed() -> None:
     assert watch.reads == len(started) and watch.samples == watch.reads - 1  # the failed one
     assert watch.read_s_max >= slow and watch.read_s_total >= slow * watch.reads
     assert watch.max_running == max(float(n) for n in range(1, watch.reads + 1) if n != 2)
+    assert watch.facts()["gauge_reads"] == watch.reads
+    assert "gauge_reads" not in GaugeWatch().facts()  # no read made: nothing said of reads
     rounds = [
         replace(
             summarize_round(2, 1, 1, [_record(0, 0)], 2.0),

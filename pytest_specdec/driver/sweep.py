@@ -135,12 +135,7 @@ class SweepSteps(Steps):
         with self._telemetry_window() as window:
             records, wall, counted, watch = self.loop.run(measured())
         host = host_facts(host_before, snapshot(pids))
-        facts = {"gauge_samples": watch.samples, "max_running": watch.max_running,
-                 "max_queued": watch.max_queued, **self._log_facts(server, offset)}  # fmt: skip
-        if watch.reads:  # how long the engine took to answer the gauge reads
-            facts["gauge_reads"] = watch.reads
-            facts["gauge_read_max_s"] = watch.read_s_max
-            facts["gauge_read_s"] = watch.read_s_total
+        facts = {**watch.facts(), **self._log_facts(server, offset)}
         if host:  # the host's CPU over the round: steal, and the engine's processes
             facts["host"] = host
         if phases:  # GPU seconds per forward phase over the round (SGLang's device timer)

@@ -95,6 +95,16 @@ class GaugeWatch:
                 now = getattr(self, attr)
                 setattr(self, attr, value if now is None else max(now, value))
 
+    def facts(self) -> dict[str, Any]:
+        """What a round keeps of it: the gauges' peaks, and how long the engine took to answer
+        the reads (where any was made)."""
+        out: dict[str, Any] = {"gauge_samples": self.samples, "max_running": self.max_running,
+                               "max_queued": self.max_queued}  # fmt: skip
+        if self.reads:
+            out.update(gauge_reads=self.reads, gauge_read_max_s=self.read_s_max,
+                       gauge_read_s=self.read_s_total)  # fmt: skip
+        return out
+
 
 async def watch_gauges(
     read: Callable[[], Awaitable[Mapping[str, float | None] | None]],
