@@ -25,6 +25,7 @@ import numpy as np
 from pytest_specdec.core.results import load_results
 from pytest_specdec.measure.levels import RoundResult, levels_of, phase_means, rounds_of
 from pytest_specdec.verdict.planning import history_mde
+from pytest_specdec.verdict.stats import SessionSummary
 
 
 def measured(config: dict[str, Any], clients: int) -> list[RoundResult]:
@@ -93,7 +94,9 @@ def boot_spread(rounds: Sequence[RoundResult], stored: Sequence[int]) -> str | N
     reads it) and the MDE a night of one boot would have against that many stored boots."""
     sessions = sorted({r.session for r in rounds})
     means = [
-        statistics.fmean(math.log(float(r.output_tok_per_s or 0)) for r in rounds if r.session == s)
+        SessionSummary.from_values(
+            [float(r.output_tok_per_s or 0) for r in rounds if r.session == s]
+        ).mean_log
         for s in sessions
     ]
     if len(means) < 2:

@@ -95,6 +95,12 @@ class GaugeWatch:
                 now = getattr(self, attr)
                 setattr(self, attr, value if now is None else max(now, value))
 
+    def took(self, seconds: float) -> None:
+        """One read tried (failed ones too), and how long the engine took to answer it."""
+        self.reads += 1
+        self.read_s_total += seconds
+        self.read_s_max = max(self.read_s_max, seconds)
+
     def facts(self) -> dict[str, Any]:
         """What a round keeps of it: the gauges' peaks, and how long the engine took to answer
         the reads (where any was made)."""
@@ -130,10 +136,7 @@ async def watch_gauges(
             found = await read()
         except Exception:
             found = None
-        took = time.perf_counter() - start
-        watch.reads += 1
-        watch.read_s_total += took
-        watch.read_s_max = max(watch.read_s_max, took)
+        watch.took(time.perf_counter() - start)
         if found:
             watch.add(found)
 
