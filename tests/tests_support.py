@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import gc
+import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterable, Sequence
 
+import httpx
 import pytest
 
 from pytest_specdec.core.modelfile import cache_root
@@ -81,3 +84,53 @@ class Throttle:
             time.sleep(max(0.0, self.stop_s - (time.monotonic() - started)))
             self._signal(pids, signal.SIGCONT)
             time.sleep(self.run_s)
+
+
+PHASES = "sglang:forward_execution_seconds_total"
+
+
+class FakeSGLang:
+    """An SGLang chat endpoint whose /metrics counts verify calls, generated tokens, GPU time by
+    phase (the device timer's counter) and running requests, as 0.5.17 names them. It keeps
+    the paths asked for in order, whether the asking process's garbage collector was on at
+    each chat request, and answers /freeze_gc with ``freeze_status``."""
+
+    def __init__(self, freeze_status: int = 200) -> None:
+        self.requests = 0
+        self.freeze_status = freeze_status
+        self.paths: list[str] = []
+        self.collector_on: list[bool] = []  # gc.isenabled() at each chat request
+
+    def page(self) -> str:
+        n, labels = self.requests, 'engine_type="unified",model_name="m"'
+        return "\n".join([
+            "# TYPE sglang:spec_verify_calls_total counter",
+            f"sglang:spec_verify_calls_total{{{labels}}} {2 * n}",
+            f'sglang:generation_tokens_total{{{labels},is_streaming="true"}} {8 * n}',
+            f'{PHASES}{{{labels},category="target_verify"}} {0.25 * n}',
+            f'{PHASES}{{{labels},category="eagle_draft"}} {0.125 * n}',
+            f'{PHASES}{{{labels},category="decode"}} 0.0',
+            f"sglang:num_running_reqs{{{labels}}} 2",
+            f"sglang:num_queue_reqs{{{labels}}} 0",
+        ]) + "\n"  # fmt: skip
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        if request.url.path == "/health_generate":
+            return httpx.Response(200, text="ok")
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=self.page())
+        if request.url.path == "/freeze_gc" and request.method == "POST":
+            text = "Garbage collection frozen.\n" if self.freeze_status == 200 else "Not Found"
+            return httpx.Response(self.freeze_status, text=text)
+        if request.url.path != "/v1/chat/completions":
+            return httpx.Response(404)
+        self.requests += 1
+        self.collector_on.append(gc.isenabled())
+        body = "".join(
+            f"data: {json.dumps(e)}\n\n"
+            for e in ({"choices": [{"delta": {"content": "Hi there"}}]},
+                      {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 8}})
+        ) + "data: [DONE]\n\n"  # fmt: skip
+        return httpx.Response(200, content=body.encode(),
+                              headers={"content-type": "text/event-stream"})  # fmt: skip

@@ -48,7 +48,9 @@ SUITE_KEYS = {"suite", "models", "engines", "configs"}
 SUITE_TABLE_KEYS = {
     "engine", "workload", "ignore_eos", "score", "concurrency", "rounds", "extends", "baseline_dir",
 }  # fmt: skip
-ENGINE_KEYS = {"binary", "python", "extra_args", "startup_timeout_s", "env", "api", "interfaces"}
+ENGINE_KEYS = {
+    "binary", "python", "extra_args", "startup_timeout_s", "env", "api", "interfaces", "freeze_gc",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,11 @@ class EngineSettings:
     # extra_args for engine builds that name these flags otherwise (an older release, a fork):
     # name -> args. The first set the installed engine's own lint accepts is booted.
     interfaces: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # After the warm-up, before anything is measured: the engine's processes stop scanning the
+    # objects they hold so far in their garbage collections (SGLang's /freeze_gc), so that no
+    # full collection of a process holding its framework's millions of objects pauses it
+    # mid-measurement. Part of the baseline key (the results say it was done).
+    freeze_gc: bool = False
 
     def variants(self) -> list[tuple[str, EngineSettings]]:
         """These settings as each interface has them, its own extra_args first."""
@@ -219,8 +226,12 @@ def _engines(doc: Mapping[str, Any], where: str) -> dict[str, EngineSettings]:
         api = table.get("api", "chat")
         if api not in ("chat", "native"):
             raise ConfigError(f'{loc}: api = {api!r}; valid: "chat" or "native"')
+        freeze = table.get("freeze_gc", False)
+        if not isinstance(freeze, bool):
+            raise ConfigError(f"{loc}: freeze_gc = {freeze!r}; give true or false")
         out[engine] = EngineSettings(
             api=api,
+            freeze_gc=freeze,
             binary=table.get("binary"),
             python=table.get("python"),
             extra_args=tuple(extra),

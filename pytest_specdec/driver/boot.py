@@ -55,6 +55,7 @@ class Server:
     model_name: str | None = None
     process: ServerProcess | None = None
     warmed: bool = False
+    gc_frozen: bool = False  # the engine's garbage collector frozen (engine settings freeze_gc)
     session: int = 1
     telemetry: list[RunTelemetry] = field(default_factory=list)
     # What this server session held the machine for, in seconds, by part (docs/statistics.md,

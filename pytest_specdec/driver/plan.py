@@ -134,6 +134,12 @@ class Planner:
         flags checked by the installed engine's own lint (ConfigError where it refuses them,
         EngineNotInstalled where the engine is missing)."""
         engine = self.engine_for(cfg)
+        if engine.settings.freeze_gc and not getattr(engine, "freezes_gc", False):
+            raise ConfigError(
+                f"[engines.{cfg.engine}] freeze_gc = true, but the {engine.name} adapter cannot "
+                "freeze the engine's garbage collector (SGLang's can, through its /freeze_gc); "
+                f"drop freeze_gc from [engines.{cfg.engine}]"
+            )
         cfg, how = self.interface(cfg, engine)
         if self.settings.server_url:
             url = str(self.settings.server_url).rstrip("/")

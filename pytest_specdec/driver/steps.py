@@ -37,6 +37,7 @@ from pytest_specdec.engines.launch import LaunchError
 from pytest_specdec.gpu.monitor import GpuMonitor, RunWindow, telemetry_dict
 from pytest_specdec.measure.client import LoopThread, RequestFailed
 from pytest_specdec.measure.lossless import GreedyOutput
+from pytest_specdec.measure.quiet import collector_held
 from pytest_specdec.measure.roofline import annotate
 from pytest_specdec.verdict.judge import Judgement
 
@@ -246,7 +247,7 @@ class Steps:
         mode = server.config.flush
         flush = mode == "run" or (mode == "prompt" and prompt.id not in server.flushed)
         server.flushed.add(prompt.id)
-        with self._telemetry_window() as window:
+        with collector_held(), self._telemetry_window() as window:
             try:
                 self.loop.run(self._one(server, req, rec, flush))
             except Exception as exc:
@@ -278,9 +279,30 @@ class Steps:
         server.warmed = True
         return out
 
-    def measure(self, server: Server, prompt: Prompt) -> list[RunRecord]:
+    def ready(self, server: Server) -> None:
+        """Before a server's first measured request: its warm-up (unless turned off), then the
+        engine's garbage collector frozen where its settings ask (``freeze_gc``). A freeze that
+        fails fails the config (LaunchError, on its record): what followed would be measured
+        otherwise than the record says."""
         if self.settings.warmup and not server.warmed:
             self.warmup(server)
+        if not server.engine.settings.freeze_gc or server.gc_frozen:
+            return
+        try:
+            self.loop.run(server.engine.freeze_gc(server.client))  # type: ignore[attr-defined]
+        except RequestFailed as exc:
+            failed = LaunchError(
+                f"{server.config.name}: the engine settings ask for freeze_gc = true, but {exc}; "
+                f"drop freeze_gc from [engines.{server.config.engine}] to measure without it"
+            )
+            self._failed(server.record, failed, server.session)
+            raise failed from exc
+        server.gc_frozen = True
+        when = "after the warm-up" if server.warmed else "once booted (no warm-up)"
+        server.record.extra["engine_gc"] = f"frozen {when}"
+
+    def measure(self, server: Server, prompt: Prompt) -> list[RunRecord]:
+        self.ready(server)
         runs = [self.run_once(server, prompt, i, "measure") for i in range(self.settings.runs)]
         # Runs that GPU hygiene rules out (thermal or power-brake throttling, clock sag) are
         # kept in the record, marked invalid, never averaged in; each is rerun, boundedly.

@@ -35,6 +35,7 @@ from pytest_specdec.measure.levels import (
     summarize_round,
     watch_gauges,
 )
+from pytest_specdec.measure.quiet import collector_held
 
 GAUGE_EVERY_S = 0.5  # how often the engine's running/queued gauges are read during a round
 Counted = dict[str, float | None] | None  # accept length and verify steps from counter deltas
@@ -48,8 +49,7 @@ class SweepSteps(Steps):
         then ``--specdec-rounds`` rounds, each client covering the workload once per round.
         Rounds that GPU hygiene rules out are kept, marked, and rerun (boundedly), as measured
         runs are."""
-        if self.settings.warmup and not server.warmed:
-            self.warmup(server)
+        self.ready(server)
         server.record.extra["load_limits"] = self.load_limits(server).to_dict()
         seen: list[RunTelemetry] = []
         if self.settings.warmup:
@@ -132,7 +132,7 @@ class SweepSteps(Steps):
         offset = _log_size(server.record.log_path)
         pids = _engine_pids(server)
         host_before = snapshot(pids)
-        with self._telemetry_window() as window:
+        with collector_held(), self._telemetry_window() as window:
             records, wall, counted, watch = self.loop.run(measured())
         host = host_facts(host_before, snapshot(pids))
         facts = {**watch.facts(), **self._log_facts(server, offset)}

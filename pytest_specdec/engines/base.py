@@ -419,6 +419,14 @@ class EngineBase:
     async def flush(self, client: httpx.AsyncClient) -> None:
         raise RequestFailed(f"engine {self.name} cannot reset its caches between requests")
 
+    # Whether ``freeze_gc`` can stop the engine's processes from scanning the objects they hold
+    # so far in their garbage collections (a Python engine's long pauses): the engine settings'
+    # ``freeze_gc`` needs it.
+    freezes_gc = False
+
+    async def freeze_gc(self, client: httpx.AsyncClient) -> None:
+        raise RequestFailed(f"engine {self.name} has no garbage collector to freeze")
+
     def render(self, model: str, conversations: Sequence[Sequence[Mapping[str, str]]]) -> Rendering:
         """The prompts as the text a completion endpoint is sent. An engine measured through
         its chat endpoint renders them itself, with the model's own chat template."""

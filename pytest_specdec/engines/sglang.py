@@ -67,6 +67,13 @@ DECODE_LINE = re.compile(
 # with the default sizes (4, 8, 12, ...) a single new token, the usual prefill under load after
 # a cached prompt, runs eagerly.
 PREFILL_LINE = re.compile(r"Prefill batch.*?#new-token: (?P<tokens>\d+)[^\n]*")
+# With --gc-warning-threshold-secs S its HTTP server's process logs every collection longer than S:
+# "LONG GARBAGE COLLECTION DETECTED | Generation 2 | Duration: 0.4521s | # Objects: ..." (0.5.17,
+# utils/common.py). While it collects, that process serves nothing: requests wait to be sent to
+# the scheduler, streams wait to be written, and /metrics waits.
+GC_LINE = re.compile(
+    r"LONG GARBAGE COLLECTION DETECTED \| Generation (?P<gen>\d+) \| Duration: (?P<s>[\d.]+)s"
+)
 GRAPH_FIELD = re.compile(r"(?:cuda|cpu|npu|musa) graph: (True|False)")
 GRAPH_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
 # With SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 (and --enable-metrics) SGLang times every forward on
@@ -259,6 +266,23 @@ class SGLangEngine(EngineBase):
             await asyncio.sleep(FLUSH_WAIT_S)
         raise RequestFailed(f"/flush_cache did not flush ({answer})")
 
+    freezes_gc = True
+
+    async def freeze_gc(self, client: httpx.AsyncClient) -> None:
+        """``POST /freeze_gc``: the HTTP server's process freezes its collector (``gc.freeze``),
+        and so do the scheduler and the detokenizer it forwards the request to; objects made
+        later are still collected, but no full collection scans the framework's objects again.
+        SGLang answers 200 once its own process froze."""
+        try:
+            resp = await client.post("/freeze_gc")
+        except httpx.HTTPError as exc:
+            raise RequestFailed(f"/freeze_gc: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200:
+            raise RequestFailed(
+                f"/freeze_gc answered HTTP {resp.status_code}: {resp.text[:200].strip()!r} "
+                "(SGLang 0.5 and later serve it)"
+            )
+
     slot_flags = ("--max-running-requests",)
     running_gauge = "sglang:num_running_reqs"
     queued_gauge = "sglang:num_queue_reqs"
@@ -278,7 +302,8 @@ class SGLangEngine(EngineBase):
         """Its decode log lines: how many, how many ran outside CUDA graphs, the most requests
         running and queued, the median generation throughput it printed. Its prefill lines:
         how many batches, how many ran outside CUDA graphs, and the most new tokens of one
-        that did."""
+        that did. Its long garbage collections (with --gc-warning-threshold-secs): how many,
+        the longest, and their time."""
         out: dict[str, Any] = {}
         lines = [m for m in DECODE_LINE.finditer(text)]
         if lines:
@@ -302,6 +327,10 @@ class SGLangEngine(EngineBase):
                 "prefill_outside_graphs": len(eager),
                 "prefill_outside_max_tokens": max(eager) if eager else None,
             })  # fmt: skip
+        pauses = [float(m["s"]) for m in GC_LINE.finditer(text)]
+        if pauses:
+            out.update(engine_gc_pauses=len(pauses), engine_gc_max_s=max(pauses),
+                       engine_gc_s=sum(pauses))  # fmt: skip
         return out
 
     def phase_seconds(

@@ -248,6 +248,8 @@ class LevelSummary:
     prefill_batches: int = 0  # prefill batches the engine's log listed (SGLang)
     prefill_outside_graphs: int = 0  # of which ran outside CUDA graphs
     prefill_outside_max_tokens: int | None = None  # the most new tokens of one of those
+    engine_gc_pauses: int = 0  # long garbage collections the engine's log listed (SGLang)
+    engine_gc_max_s: float | None = None  # the longest of them
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -283,6 +285,8 @@ def summarize_level(rounds: Sequence[RoundResult]) -> LevelSummary:
         prefill_outside_graphs=_total(rounds, "prefill_outside_graphs"),
         prefill_outside_max_tokens=None if (m := most("prefill_outside_max_tokens")) is None
         else int(m),
+        engine_gc_pauses=_total(rounds, "engine_gc_pauses"),
+        engine_gc_max_s=most("engine_gc_max_s"),
     )  # fmt: skip
 
 
@@ -382,7 +386,8 @@ class LoadLimits:
 
 def observed_notes(level: LevelSummary) -> list[str]:
     """What the engine itself reported during a level's rounds: queued requests (its gauge or
-    log) and decode steps outside CUDA graphs (its log)."""
+    log), decode steps and prefill batches outside CUDA graphs and long garbage collections
+    (its log)."""
     out = []
     if level.max_queued:
         out.append(f"queued: up to {level.max_queued:.0f} requests waited (engine's own count)")
@@ -394,5 +399,15 @@ def observed_notes(level: LevelSummary) -> list[str]:
         out.append(
             f"prefill outside CUDA graphs: {level.prefill_outside_graphs} of "
             f"{level.prefill_batches} prefill batches{size} (the engine's log)"
+        )
+    if level.engine_gc_pauses:
+        longest = (
+            ""
+            if level.engine_gc_max_s is None
+            else (f", the longest {level.engine_gc_max_s * 1000:.0f} ms")
+        )
+        out.append(
+            f"engine paused to collect garbage: {level.engine_gc_pauses} long collection"
+            f"{'s' if level.engine_gc_pauses != 1 else ''}{longest} (the engine's log)"
         )
     return out

@@ -46,6 +46,8 @@ def _engine_cell(level: LevelSummary, limits: LoadLimits) -> str:
         notes.append(f"eager prefill {level.prefill_outside_graphs}/{level.prefill_batches}")
     elif limits.prefill_graphs_off is not None:
         notes.append("eager prefill")
+    if level.engine_gc_pauses:
+        notes.append(f"long GC x{level.engine_gc_pauses}")
     return ", ".join(notes) or "-"
 
 
@@ -87,9 +89,11 @@ def limits_line(name: str, config: Mapping[str, Any]) -> str:
         graphs = f"; CUDA graphs up to batch {limits.graph_max_batch} ({limits.graph_flag})"
     rounds = rounds_of(config)
     per = len({(r.session, r.clients, r.round) for r in rounds}) / max(1, len(levels_of(config)))
+    frozen = (config.get("extra") or {}).get("engine_gc")
+    gc_note = f"; the engine's garbage collector {frozen} (freeze_gc)" if frozen else ""
     return (
         f"{name}: load levels: closed-loop clients, each covering the workload once per round, "
-        f"{per:.0f} rounds per level; requests at once: {slots}{graphs}"
+        f"{per:.0f} rounds per level; requests at once: {slots}{graphs}{gc_note}"
     )
 
 
@@ -186,7 +190,8 @@ def markdown_section(results: Mapping[str, Any]) -> list[str]:
            "decode tok/s (1 / TPOT) at the median and the slow 99th percentile, TTFT, accept "
            "length from the engine's counters, and what the engine did (`queued`: requests "
            "waited; `no graph`: decode batches outside CUDA graphs; `eager prefill`: prefill "
-           "batches outside them, of all).", ""]  # fmt: skip
+           "batches outside them, of all; `long GC`: the engine's long garbage collections, "
+           "by its log).", ""]  # fmt: skip
     for c in configs:
         name = str(c["name"])
         out += [f"**{code(name)}** — {md(limits_line(name, c).split(': ', 1)[1])}", ""]

@@ -114,17 +114,21 @@ def protocol_of(results: Mapping[str, Any], config: Mapping[str, Any]) -> dict[s
     """How the requests were made and read, where not the default: every request decoded past
     its end (``--specdec-ignore-eos``), prompts sent as text rendered by the harness
     (``chat-template`` or ``plain``) instead of through a chat endpoint, runs judged on their
-    decode tok/s (``--specdec-score decode``). None by default, so that keys stored
-    before these choices existed still match."""
+    decode tok/s (``--specdec-score decode``), the engine's garbage collector frozen before
+    anything was measured (engine settings ``freeze_gc``). None by default, so that keys
+    stored before these choices existed still match."""
     out: dict[str, Any] = {}
     options = results.get("options") or {}
     if options.get("ignore_eos"):
         out["ignore_eos"] = True
     if options.get("score") == "decode":  # sessions of decode tok/s are never mixed with e2e
         out["score"] = "decode"
-    rendering = (config.get("extra") or {}).get("prompt_rendering") or {}
+    extra = config.get("extra") or {}
+    rendering = extra.get("prompt_rendering") or {}
     if rendering.get("kind") in ("chat-template", "plain"):
         out["prompt_rendering"] = rendering["kind"]
+    if extra.get("engine_gc"):  # the engine's collector frozen before measuring (freeze_gc)
+        out["engine_gc"] = "frozen"
     return out or None
 
 
