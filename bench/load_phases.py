@@ -8,7 +8,10 @@ Per config and level, one row per boot (server session): the mean over its measu
 Then, over every measured round of the level, each phase's spread between boots (the largest
 boot mean over the smallest) and its correlation with the round's throughput: the phase whose
 time moves with the throughput while the others stay put is where the boots differ. Last, the
-boots' spread and the MDE one boot a night would have against K stored boots (``--stored``).
+boots' spread and the MDE a night of M boots (``--nightly``, 1) would have against K stored boots
+(``--stored``),
+and the rounds in which the engine answered a metrics read late (its HTTP server's process
+stood still), with the spread the boots would have without them.
 """
 
 from __future__ import annotations
@@ -89,9 +92,11 @@ def phase_lines(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str
     return out
 
 
-def boot_spread(rounds: Sequence[RoundResult], stored: Sequence[int]) -> str | None:
+def boot_spread(
+    rounds: Sequence[RoundResult], stored: Sequence[int], nightly: int = 1
+) -> str | None:
     """The spread of the boots' level means (sd of their logs, as the prediction interval
-    reads it) and the MDE a night of one boot would have against that many stored boots."""
+    reads it) and the MDE a night of ``nightly`` boots would have against that many stored."""
     sessions = sorted({r.session for r in rounds})
     means = [
         SessionSummary.from_values(
@@ -102,9 +107,50 @@ def boot_spread(rounds: Sequence[RoundResult], stored: Sequence[int]) -> str | N
     if len(means) < 2:
         return None
     sd = statistics.stdev(means)
-    mdes = ", ".join(f"{k} stored {history_mde(sd, k):.1%}" for k in stored)
+    mdes = ", ".join(f"{k} stored {history_mde(sd, k, nightly):.1%}" for k in stored)
     boots = " / ".join(f"{math.exp(m):.0f}" for m in means)
-    return f"  boots {boots} tok/s: sd of their logs {sd:.2%}; one boot's MDE against {mdes}"
+    night = "one boot's" if nightly == 1 else f"{nightly} boots'"
+    return f"  boots {boots} tok/s: sd of their logs {sd:.2%}; {night} MDE against {mdes}"
+
+
+def stalled(
+    rounds: Sequence[RoundResult], floor_s: float = 0.2, factor: float = 4.0
+) -> list[RoundResult]:
+    """Rounds in which the engine answered a gauge read late: its longest read took ``factor``
+    times the level's median longest read and at least ``floor_s``. SGLang serves /metrics from
+    its HTTP server's process, so a late answer means that process stood still (a long garbage
+    collection, where its log says so), while requests waited to reach the scheduler."""
+    reads = [
+        float(r.engine["gauge_read_max_s"]) for r in rounds if r.engine.get("gauge_read_max_s")
+    ]
+    if not reads:
+        return []
+    limit = max(floor_s, factor * statistics.median(reads))
+    return [r for r in rounds if float(r.engine.get("gauge_read_max_s") or 0.0) >= limit]
+
+
+def stall_lines(
+    rounds: Sequence[RoundResult], stored: Sequence[int], nightly: int = 1
+) -> list[str]:
+    """Each stalled round beside its boot's other rounds, and the boots' spread without them."""
+    late = stalled(rounds)
+    out = []
+    for r in late:
+        others = [float(o.output_tok_per_s or 0) for o in rounds
+                  if o.session == r.session and o is not r]  # fmt: skip
+        gc = r.engine.get("engine_gc_max_s")
+        gc_note = f", the engine's longest GC {float(gc) * 1000:.0f} ms" if gc else ""
+        out.append(
+            f"  stalled: boot {r.session} round {r.round}: {float(r.output_tok_per_s or 0):.0f} "
+            f"tok/s against {statistics.fmean(others):.0f} in the boot's others, a metrics read "
+            f"answered after {float(r.engine['gauge_read_max_s']) * 1000:.0f} ms{gc_note}"
+        )
+    if late:
+        rest = [r for r in rounds if r not in late]
+        spread = boot_spread(rest, stored, nightly)
+        if spread:
+            out.append("  without the stalled rounds:" + spread.removeprefix(" "))
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         default=[5, 10],
         help="stored boots K for the MDE line (default 5 10)",
+    )
+    parser.add_argument(
+        "--nightly", type=int, default=1, help="boots a night M for the MDE line (default 1)"
     )
     args = parser.parse_args(argv)
     doc = load_results(args.results)
@@ -132,9 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("|" + "---:|" * (5 + len(names)))
             print("\n".join(boot_rows(rounds, names)))
             print("\n".join(phase_lines(rounds, names)))
-            spread = boot_spread(rounds, args.stored)
+            spread = boot_spread(rounds, args.stored, args.nightly)
             if spread:
                 print(spread)
+            print("\n".join(stall_lines(rounds, args.stored, args.nightly)))
     return 0
 
 

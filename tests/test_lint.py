@@ -206,12 +206,13 @@ def test_sglang_reads_the_key_file_the_adapter_writes(sglang_python: str, tmp_pa
     assert errors(engine.lint(spec)) == []  # type: ignore[attr-defined]
 
 
-def test_the_gpu_suite_file_settings_parse(sglang_python: str) -> None:
-    """suites/specdec-gpu.toml's engine flags with every upstream preset, through the parser
-    of the release GPU runners have."""
+@pytest.mark.parametrize("suite", ["specdec-gpu.toml", "specdec-gpu-load.toml"])
+def test_the_gpu_suite_file_settings_parse(sglang_python: str, suite: str) -> None:
+    """The GPU suite files' engine flags (the load suite's prefill graph sizes and GC warning
+    too) with every upstream preset, through the parser of the release GPU runners have."""
     from pytest_specdec.core.suitefile import load_suite_settings
 
-    settings = load_suite_settings(Path(__file__).parent.parent / "suites" / "specdec-gpu.toml")
+    settings = load_suite_settings(Path(__file__).parent.parent / "suites" / suite)
     extra = settings.engine_settings("sglang").extra_args
     for name in UPSTREAM:
         engine, spec = _sglang_spec(name, sglang_python, extra)

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from tests_support import FakeSGLang
 
 from pytest_specdec.core.configs import ConfigError, is_speculative
 from pytest_specdec.core.results import RunRecord, finalize_timings
@@ -511,45 +512,6 @@ def test_a_one_session_baseline_alarms_when_boots_differ() -> None:
 
 # --- per-phase GPU time and gauges through the driver (a MockTransport SGLang) ----------------
 
-PHASES = "sglang:forward_execution_seconds_total"
-
-
-class FakeSGLang:
-    """An SGLang chat endpoint whose /metrics counts verify calls, generated tokens, GPU time by
-    phase (the device timer's counter) and running requests, as 0.5.17 names them."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-
-    def page(self) -> str:
-        n, labels = self.requests, 'engine_type="unified",model_name="m"'
-        return "\n".join([
-            "# TYPE sglang:spec_verify_calls_total counter",
-            f"sglang:spec_verify_calls_total{{{labels}}} {2 * n}",
-            f'sglang:generation_tokens_total{{{labels},is_streaming="true"}} {8 * n}',
-            f'{PHASES}{{{labels},category="target_verify"}} {0.25 * n}',
-            f'{PHASES}{{{labels},category="eagle_draft"}} {0.125 * n}',
-            f'{PHASES}{{{labels},category="decode"}} 0.0',
-            f"sglang:num_running_reqs{{{labels}}} 2",
-            f"sglang:num_queue_reqs{{{labels}}} 0",
-        ]) + "\n"  # fmt: skip
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/health_generate":
-            return httpx.Response(200, text="ok")
-        if request.url.path == "/metrics":
-            return httpx.Response(200, text=self.page())
-        if request.url.path != "/v1/chat/completions":
-            return httpx.Response(404)
-        self.requests += 1
-        body = "".join(
-            f"data: {json.dumps(e)}\n\n"
-            for e in ({"choices": [{"delta": {"content": "Hi there"}}]},
-                      {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 8}})
-        ) + "data: [DONE]\n\n"  # fmt: skip
-        return httpx.Response(200, content=body.encode(),
-                              headers={"content-type": "text/event-stream"})  # fmt: skip
-
 
 def test_gauge_reads_start_one_interval_in_and_are_timed() -> None:
     """No read meets a round's first requests; each read's time is kept, failed ones too."""
@@ -655,26 +617,29 @@ def test_load_levels_run_after_the_one_request_tests_of_each_server_session(
     assert "test_load_verdict[draft-d16@2]" in ids[-1]  # per-config: the last session only
 
 
-def test_the_prefill_graphs_variant_changes_one_setting_of_the_load_suite() -> None:
-    """suites/specdec-gpu-load-prefill-graphs.toml is the load suite with SGLang's prefill in
-    CUDA graphs (sizes up to 256 new tokens, from one), stored apart: nothing else differs."""
-    suites = Path(__file__).resolve().parents[1] / "suites"
-    base = load_suite_settings(suites / "specdec-gpu-load.toml")
-    variant = load_suite_settings(suites / "specdec-gpu-load-prefill-graphs.toml")
-    assert (variant.concurrency, variant.rounds) == (base.concurrency, base.rounds)
-    assert variant.baseline_dir == "baselines/load-prefill-graphs" != base.baseline_dir
-    old = list(base.engine_settings("sglang").extra_args)
-    new = list(variant.engine_settings("sglang").extra_args)
-    assert "--disable-prefill-cuda-graph" in old and "--disable-prefill-cuda-graph" not in new
-    at = new.index("--cuda-graph-bs-prefill")
-    sizes = [int(a) for a in itertools.takewhile(str.isdigit, new[at + 1 :])]
-    prefill = {"--cuda-graph-max-bs-prefill", "--cuda-graph-bs-prefill"}
-    assert _without(new, prefill) == _without(old, {"--disable-prefill-cuda-graph"})
-    assert new[new.index("--cuda-graph-max-bs-prefill") + 1] == str(max(sizes)) == "256"
-    # SGLang replays a prefill graph when the new tokens pad to a size at most twice as large:
-    # every count up to the largest size must have one, a single new token above all.
+def test_the_load_suite_runs_every_prefill_in_a_graph_and_freezes_the_engines_collector() -> None:
+    """suites/specdec-gpu-load.toml captures a prefill graph for every count of new tokens up to
+    256 (SGLang replays one when the new tokens pad to a size at most twice as large: a single
+    new token above all), freezes SGLang's collector after the warm-up and has it log its long
+    collections; the DDTree fork's interface keeps its prefill eager and logs them too."""
+    suite = load_suite_settings(Path(__file__).resolve().parents[1] / "suites" /
+                                "specdec-gpu-load.toml")  # fmt: skip
+    settings = suite.engine_settings("sglang")
+    argv = list(settings.extra_args)
+    assert not {"--disable-prefill-cuda-graph", "--disable-cuda-graph"} & set(argv)
+    at = argv.index("--cuda-graph-bs-prefill")
+    sizes = [int(a) for a in itertools.takewhile(str.isdigit, argv[at + 1 :])]
+    assert argv[argv.index("--cuda-graph-max-bs-prefill") + 1] == str(max(sizes)) == "256"
     assert all(any(n <= s <= 2 * n for s in sizes) for n in range(1, max(sizes) + 1))
-    assert variant.models_for("sglang") == base.models_for("sglang")
+    assert settings.freeze_gc is True
+    fork = list(settings.interfaces["older-graph-flags"])
+    for args in (argv, fork):
+        assert args[args.index("--gc-warning-threshold-secs") + 1] == "0.05"
+    # the two interfaces differ only in how the graph flags are named
+    graph = {"--cuda-graph-max-bs-decode", "--cuda-graph-bs-decode", "--cuda-graph-max-bs-prefill",
+             "--cuda-graph-bs-prefill", "--cuda-graph-max-bs", "--cuda-graph-bs",
+             "--disable-piecewise-cuda-graph"}  # fmt: skip
+    assert _without(argv, graph) == _without(fork, graph)
 
 
 def _without(argv: list[str], flags: set[str]) -> list[str]:

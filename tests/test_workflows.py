@@ -482,21 +482,25 @@ def test_the_load_set_is_measured_with_the_plain_config(tmp_path: Path) -> None:
 
 
 def test_the_load_defaults_fit_the_load_baselines() -> None:
-    """The load suite file gives the levels and the baseline folder, where each config of the
-    load set has its levels stored, measured at the output length the job asks for (part of
-    the baseline key: another length would be refused)."""
+    """The load suite file gives the levels and the baseline folder. A load baseline stored
+    there was measured with the suite's engine settings and at the output length the job asks
+    for (both part of the baseline key: another would fail the job as a mismatch), and holds
+    every level; a config of the load set without one is reported and judged at no level."""
     doc = by_name("nightly-gpu.yml")
     suite = load_suite_settings(REPO / "suites" / "specdec-gpu-load.toml")
     assert suite.concurrency == (1, 4, 16, 64) and suite.rounds == 4
     assert suite.baseline_dir == "baselines/load"
     tokens = re.search(r"--specdec-max-tokens (\d+)", load_command(doc))
     assert tokens, "the load job names the output length of its baselines"
+    sglang = suite.engine_settings("sglang")
+    interfaces = [list(sglang.extra_args), *(list(a) for a in sglang.interfaces.values())]
     for name in doc["env"]["NIGHTLY_LOAD_CONFIGS"].split(","):
-        files = sorted((REPO / suite.baseline_dir).glob(f"*/sglang/{name}--*.json"))
-        assert files, f"{name}: no load baseline in {suite.baseline_dir}"
-        for path in files:
+        for path in sorted((REPO / suite.baseline_dir).glob(f"*/sglang/{name}--*.json")):
             baseline = load_baseline(path)
             assert baseline is not None and baseline.key["max_tokens"] == int(tokens[1])
+            assert baseline.key["engine_args"] in interfaces, path
+            frozen = (baseline.key.get("protocol") or {}).get("engine_gc") == "frozen"
+            assert frozen == sglang.freeze_gc, path
             assert all(baseline.level_cells(n) for n in suite.concurrency), path
 
 
