@@ -24,12 +24,13 @@ from pytest_specdec.engines.launch import LaunchError
 from pytest_specdec.engines.sglang import SGLangEngine
 from pytest_specdec.measure.levels import (
     LoadLimits,
+    gc_note,
     observed_notes,
     summarize_level,
     summarize_round,
 )
 from pytest_specdec.measure.quiet import collector_held
-from pytest_specdec.report.load import _engine_cell, limits_line
+from pytest_specdec.report.load import _engine_cell, level_notes, limits_line
 from pytest_specdec.verdict.baselines import key_for
 
 
@@ -44,10 +45,8 @@ def _garbage() -> weakref.ref[_Cycle]:
     return weakref.ref(_Cycle())
 
 
-def test_the_harness_collects_first_then_holds_its_collector_off() -> None:
-    before = _garbage()
+def test_the_harness_holds_its_collector_off_while_it_measures() -> None:
     with collector_held():
-        assert before() is None  # collected on the way in, before any clock starts
         assert not gc.isenabled()
         inside = _garbage()
         for _ in range(50_000):  # far past the threshold that would start a collection
@@ -131,9 +130,12 @@ def test_a_freeze_the_engine_refuses_fails_the_config_with_the_fix(tmp_path: Pat
         server = runner.boot(runner.configs[0])
         with pytest.raises(LaunchError) as caught:
             runner.measure(server, runner.workload.prompts[0])
+        with pytest.raises(LaunchError):  # the next prompt: refused again, never asked again
+            runner.measure(server, runner.workload.prompts[1])
     finally:
         runner.close()
     message = str(caught.value)
+    assert fake.paths.count("/freeze_gc") == 1
     assert "/freeze_gc answered HTTP 404" in message
     assert "drop freeze_gc from [engines.sglang]" in message
     assert "/v1/chat/completions" not in fake.paths  # nothing measured unfrozen
@@ -187,10 +189,48 @@ def test_the_engines_long_collections_are_read_from_its_log_and_named_per_level(
     rounds = [replace(base, engine=facts), replace(base, round=2, engine={})]
     level = summarize_level(rounds)
     assert (level.engine_gc_pauses, level.engine_gc_max_s) == (2, 0.4521)
-    assert observed_notes(level) == [
+    said = (
         "engine paused to collect garbage: 2 long collections, the longest 452 ms "
         "(the engine's log)"
-    ]
+    )
+    assert gc_note(level) == said and observed_notes(level) == []
     assert _engine_cell(level, LoadLimits()) == "long GC x2"
     quiet = summarize_level([replace(base, engine={})])
-    assert quiet.engine_gc_pauses == 0 and observed_notes(quiet) == []
+    assert quiet.engine_gc_pauses == 0 and gc_note(quiet) is None
+    # in the report the collections come beside what the settings say of the level
+    config = {
+        "extra": {
+            "load": [r.to_dict() for r in rounds],
+            "load_limits": {"slots": 32, "slots_flag": "--max-running-requests"},
+        }
+    }
+    assert level_notes("c", config) == [
+        "c at 64 clients: queued by its settings: 64 clients, 32 requests at once "
+        "(--max-running-requests 32)",
+        f"c at 64 clients: {said}",
+    ]
+
+
+def test_a_bisect_candidate_whose_engine_refuses_the_freeze_is_a_failed_boot(
+    tmp_path: Path,
+) -> None:
+    """specdec bisect: a candidate booted but not made ready (its SGLang refused /freeze_gc)
+    is marked as failing to boot, as one that did not start, never a crash of the search."""
+    from pytest_specdec.bisect.live import LiveMeasurer, Setup
+    from pytest_specdec.bisect.step import BootFailed
+    from pytest_specdec.driver.steps import Steps
+
+    settings = RunSettings(server_url="http://test", engine="sglang", runs=1, warmup=False,
+                           results_path=None)  # fmt: skip
+    suite = SuiteSettings(engines={"sglang": EngineSettings(freeze_gc=True)})
+    workload = load_workload("seed")
+    registry = Registry(preset_configs())
+    steps = Steps(settings, registry, suite, workload,
+                  transport=httpx.MockTransport(FakeSGLang(freeze_status=404)))  # fmt: skip
+    measurer = LiveMeasurer(Setup(settings, registry, suite, workload, tmp_path), {}, None)  # type: ignore[arg-type]
+    measurer.steps = {"c1": steps}
+    try:
+        with pytest.raises(BootFailed, match="/freeze_gc answered HTTP 404"):
+            measurer.session("c1")
+    finally:
+        steps.close()

@@ -118,6 +118,8 @@ class LiveMeasurer:
         try:
             for prompt in steps.workload.prompts:
                 steps.measure(server, prompt)
+        except BOOT_ERRORS as exc:  # booted, but not made ready (a refused freeze_gc)
+            raise BootFailed(str(exc)) from None
         finally:
             steps.stop(server)
         return time.perf_counter() - start

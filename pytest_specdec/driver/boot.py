@@ -56,6 +56,7 @@ class Server:
     process: ServerProcess | None = None
     warmed: bool = False
     gc_frozen: bool = False  # the engine's garbage collector frozen (engine settings freeze_gc)
+    setup_error: str | None = None  # why it could not be made ready (a refused freeze_gc)
     session: int = 1
     telemetry: list[RunTelemetry] = field(default_factory=list)
     # What this server session held the machine for, in seconds, by part (docs/statistics.md,

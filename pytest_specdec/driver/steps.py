@@ -286,6 +286,8 @@ class Steps:
         otherwise than the record says."""
         if self.settings.warmup and not server.warmed:
             self.warmup(server)
+        if server.setup_error is not None:  # refused once: never measured, never asked again
+            raise LaunchError(server.setup_error)
         if not server.engine.settings.freeze_gc or server.gc_frozen:
             return
         try:
@@ -295,6 +297,7 @@ class Steps:
                 f"{server.config.name}: the engine settings ask for freeze_gc = true, but {exc}; "
                 f"drop freeze_gc from [engines.{server.config.engine}] to measure without it"
             )
+            server.setup_error = str(failed)
             self._failed(server.record, failed, server.session)
             raise failed from exc
         server.gc_frozen = True

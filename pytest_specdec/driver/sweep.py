@@ -129,12 +129,13 @@ class SweepSteps(Steps):
                     phases.update(timed(before, after) if timed is not None else {})
             return records, wall, counted, watch
 
-        offset = _log_size(server.record.log_path)
-        pids = _engine_pids(server)
-        host_before = snapshot(pids)
-        with collector_held(), self._telemetry_window() as window:
-            records, wall, counted, watch = self.loop.run(measured())
-        host = host_facts(host_before, snapshot(pids))
+        with collector_held():
+            offset = _log_size(server.record.log_path)
+            pids = _engine_pids(server)
+            host_before = snapshot(pids)
+            with self._telemetry_window() as window:
+                records, wall, counted, watch = self.loop.run(measured())
+            host = host_facts(host_before, snapshot(pids))
         facts = {**watch.facts(), **self._log_facts(server, offset)}
         if host:  # the host's CPU over the round: steal, and the engine's processes
             facts["host"] = host

@@ -386,8 +386,7 @@ class LoadLimits:
 
 def observed_notes(level: LevelSummary) -> list[str]:
     """What the engine itself reported during a level's rounds: queued requests (its gauge or
-    log), decode steps and prefill batches outside CUDA graphs and long garbage collections
-    (its log)."""
+    log), decode steps and prefill batches outside CUDA graphs (its log)."""
     out = []
     if level.max_queued:
         out.append(f"queued: up to {level.max_queued:.0f} requests waited (engine's own count)")
@@ -400,14 +399,17 @@ def observed_notes(level: LevelSummary) -> list[str]:
             f"prefill outside CUDA graphs: {level.prefill_outside_graphs} of "
             f"{level.prefill_batches} prefill batches{size} (the engine's log)"
         )
-    if level.engine_gc_pauses:
-        longest = (
-            ""
-            if level.engine_gc_max_s is None
-            else (f", the longest {level.engine_gc_max_s * 1000:.0f} ms")
-        )
-        out.append(
-            f"engine paused to collect garbage: {level.engine_gc_pauses} long collection"
-            f"{'s' if level.engine_gc_pauses != 1 else ''}{longest} (the engine's log)"
-        )
     return out
+
+
+def gc_note(level: LevelSummary) -> str | None:
+    """The engine's long garbage collections during a level's rounds (its log), if any."""
+    if not level.engine_gc_pauses:
+        return None
+    longest = "" if level.engine_gc_max_s is None else (
+        f", the longest {level.engine_gc_max_s * 1000:.0f} ms")  # fmt: skip
+    plural = "s" if level.engine_gc_pauses != 1 else ""
+    return (
+        f"engine paused to collect garbage: {level.engine_gc_pauses} long collection{plural}"
+        f"{longest} (the engine's log)"
+    )

@@ -15,6 +15,7 @@ from pytest_specdec.measure.levels import (
     LevelSummary,
     LoadLimits,
     gauge_read_summary,
+    gc_note,
     levels_of,
     observed_notes,
     phase_means,
@@ -104,6 +105,8 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
     out = []
     for lv in level_summaries(config):
         notes = observed_notes(lv) or limits.notes(lv.clients)
+        collected = gc_note(lv)
+        notes += [collected] if collected else []
         out += [f"{name} at {lv.clients} clients: {n}" for n in notes]
         rounds = rounds_of(config, lv.clients)
         phases = phase_means(rounds)
