@@ -8,10 +8,9 @@ Per config and level, one row per boot (server session): the mean over its measu
 Then, over every measured round of the level, each phase's spread between boots (the largest
 boot mean over the smallest) and its correlation with the round's throughput: the phase whose
 time moves with the throughput while the others stay put is where the boots differ. Last, the
-boots' spread and the MDE a night of M boots (``--nightly``, 1) would have against K stored boots
-(``--stored``),
-and the rounds in which the engine answered a metrics read late (its HTTP server's process
-stood still), with the spread the boots would have without them.
+boots' spread and the MDE a night of M boots (``--nightly``, default 1) would have against K
+stored boots (``--stored``), and the rounds in which the engine answered a metrics read late
+(its HTTP server's process stood still), with the spread the boots would have without them.
 """
 
 from __future__ import annotations

@@ -91,10 +91,10 @@ def limits_line(name: str, config: Mapping[str, Any]) -> str:
     rounds = rounds_of(config)
     per = len({(r.session, r.clients, r.round) for r in rounds}) / max(1, len(levels_of(config)))
     frozen = (config.get("extra") or {}).get("engine_gc")
-    gc_note = f"; the engine's garbage collector {frozen} (freeze_gc)" if frozen else ""
+    frozen_note = f"; the engine's garbage collector {frozen} (freeze_gc)" if frozen else ""
     return (
         f"{name}: load levels: closed-loop clients, each covering the workload once per round, "
-        f"{per:.0f} rounds per level; requests at once: {slots}{graphs}{gc_note}"
+        f"{per:.0f} rounds per level; requests at once: {slots}{graphs}{frozen_note}"
     )
 
 
