@@ -1,6 +1,7 @@
 """Where a load level's time went, boot by boot: the GPU seconds of each forward phase per round
-(SGLang's device timer, ``engine.phase_s`` of a round), the GPU's busy share (NVML), the host's
-stolen share and the engine's busiest process (``engine.host``), beside the round's throughput.
+(SGLang's device timer, ``engine.phase_s`` of a round), the time of the round in which the GPU ran
+no forward at all (its wall time less those seconds: the host's part), the GPU's busy share
+(NVML) and the host's stolen share (``engine.host``), beside the round's throughput.
 
     python bench/load_phases.py RESULTS.json[.gz] [--clients 4 --clients 16]
 
@@ -45,6 +46,13 @@ def phases_of(r: RoundResult) -> dict[str, float]:
     return {k: float(v) for k, v in (r.engine.get("phase_s") or {}).items()}
 
 
+def idle_s(rounds: Sequence[RoundResult]) -> float | None:
+    """Seconds per round in which the GPU ran no forward: the round's wall time less the GPU
+    seconds of every phase (rounds without phase times left out). What the host does between
+    forwards (scheduling, prefill bookkeeping, streaming) is in it."""
+    return mean([r.wall_s - sum(phases_of(r).values()) for r in rounds if phases_of(r)])
+
+
 def mean(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.fmean(known) if known else None
@@ -65,6 +73,7 @@ def boot_rows(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
                  _cell(mean([util(r) for r in mine]), ".0f"),
                  _cell(mean([h.get("steal") for h in host]), ".2%")]  # fmt: skip
         phases = phase_means(mine)
+        cells.append(_cell(idle_s(mine) if names else None, ".3f"))
         cells += [_cell(phases.get(n), ".3f") for n in names]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
@@ -175,9 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             names = sorted({k for r in rounds for k in phases_of(r)})
             print(f"\n{cfg['name']} at {clients} clients")
-            print("| boot | rounds | out tok/s | GPU busy % | steal | "
+            print("| boot | rounds | out tok/s | GPU busy % | steal | no forward s | "
                   + " | ".join(f"{n} s" for n in names) + " |")  # fmt: skip
-            print("|" + "---:|" * (5 + len(names)))
+            print("|" + "---:|" * (6 + len(names)))
             print("\n".join(boot_rows(rounds, names)))
             print("\n".join(phase_lines(rounds, names)))
             spread = boot_spread(rounds, args.stored, args.nightly)
