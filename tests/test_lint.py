@@ -12,16 +12,18 @@ import pytest
 from tests_support import SGLANG_VERSION
 
 from pytest_specdec.core.configs import ConfigError, Registry, parse_config, preset_configs
-from pytest_specdec.core.suitefile import EngineSettings
+from pytest_specdec.core.suitefile import EngineSettings, load_suite_settings
 from pytest_specdec.engines import make_engine
 from pytest_specdec.engines.base import BootContext
 from pytest_specdec.engines.lint import (
     Finding,
     LintUnavailable,
     closest,
+    eager_one_token_prefill,
     errors,
     flags_in_help,
     lint_by_help,
+    load_prefill_advice,
     sglang_advice,
     unknown_flags,
 )
@@ -148,6 +150,140 @@ def test_a_draft_extend_without_a_cuda_graph_is_warned_about(
     assert finding.problem.endswith("add --speculative-draft-attention-backend triton")
 
 
+POW2_PREFILL = ("--cuda-graph-max-bs-prefill", "4", "--cuda-graph-bs-prefill", "1", "2", "4")
+
+# SGLang 0.5.17's prefill graphs: (args, why a one-token prefill runs eagerly, or None).
+PREFILL_CASES = [
+    ([], "no --cuda-graph-bs-prefill is given, and SGLang 0.5.17's default prefill graph sizes "
+         "(4, 8, 12, ...) leave a one-token prefill eager"),
+    (list(POW2_PREFILL), None),
+    (["--cuda-graph-bs-prefill=1"], None),
+    (["--cuda-graph-bs-prefill", "4", "8", "--tp", "1"],
+     "--cuda-graph-bs-prefill 4 8 has no size 1"),
+    (["--piecewise-cuda-graph-tokens", "1", "--cuda-graph-bs-prefill", "2", "4"],
+     "--cuda-graph-bs-prefill 2 4 has no size 1"),
+    (["--disable-piecewise-cuda-graph", *POW2_PREFILL],
+     "--disable-piecewise-cuda-graph turns prefill CUDA graphs off"),
+    (["--cuda-graph-backend-prefill=disabled", *POW2_PREFILL],
+     "--cuda-graph-backend-prefill disabled turns prefill CUDA graphs off"),
+    (["--disable-prefill-cuda-graph", *POW2_PREFILL], "--disable-prefill-cuda-graph turns"),
+    (["--disable-cuda-graph", *POW2_PREFILL], "--disable-cuda-graph turns"),
+    (["--disable-prefill-cuda-graph", "--cuda-graph-backend-prefill", "breakable",
+      *POW2_PREFILL], None),
+    (["--disable-piecewise-cuda-graph", "--enforce-piecewise-cuda-graph", *POW2_PREFILL], None),
+    (["--cuda-graph-config", '{"prefill": {"bs": [2, 4]}}', *POW2_PREFILL],
+     "--cuda-graph-config prefill bs [2, 4] has no size 1"),
+    (["--cuda-graph-config", '{"prefill": {"backend": "disabled"}}', *POW2_PREFILL],
+     "--cuda-graph-config prefill backend turns prefill CUDA graphs off"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "eager"), PREFILL_CASES)
+def test_a_one_token_prefill_outside_cuda_graphs_is_named(
+    args: list[str], eager: str | None
+) -> None:
+    found = eager_one_token_prefill(args)
+    assert found is None if eager is None else found is not None and found.startswith(eager)
+
+
+PREFILL_PROBE = r"""
+import argparse, json, sys, types
+from sglang.srt.server_args import ServerArgs
+out = []
+for argv in json.loads(sys.argv[1]):
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    args = types.SimpleNamespace(**vars(parser.parse_args(["--model-path", "m", *argv])))
+    ServerArgs._parse_cuda_graph_config(args)
+    prefill = args.cuda_graph_config.prefill
+    out.append([str(prefill.backend), prefill.bs])
+print(json.dumps(out))
+"""
+
+
+def test_the_prefill_rule_agrees_with_sglangs_own_resolution(sglang_python: str) -> None:
+    """SGLang 0.5.17 resolves each case's prefill graph backend and sizes itself
+    (ServerArgs._parse_cuda_graph_config on its own parser's namespace): a one-token prefill
+    has a graph exactly where the backend is on and the sizes include 1."""
+    cases = [args for args, _ in PREFILL_CASES]
+    proc = subprocess.run(
+        [sglang_python, "-c", PREFILL_PROBE, json.dumps(cases)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    resolved = json.loads(proc.stdout.strip().splitlines()[-1])
+    for args, (backend, sizes) in zip(cases, resolved, strict=True):
+        graphed = not backend.lower().endswith("disabled") and 1 in (sizes or [])
+        assert (eager_one_token_prefill(args) is None) == graphed, (args, backend, sizes)
+
+
+def test_load_levels_with_eager_prefill_are_warned_with_the_fix() -> None:
+    (finding,) = load_prefill_advice([1, 4, 16], ["--mem-fraction-static", "0.8"])
+    assert finding.warning and errors([finding]) == []
+    assert str(finding).startswith(
+        "warning: --cuda-graph-bs-prefill: concurrency [1, 4, 16] with the SGLang args: no "
+        "--cuda-graph-bs-prefill is given, and SGLang 0.5.17's default prefill graph sizes "
+        "(4, 8, 12, ...) leave a one-token prefill eager"
+    )
+    assert "every arriving request's prefill then runs eagerly" in finding.problem
+    assert "moved 2.8-fold between boots on an H200" in finding.problem
+    assert finding.problem.endswith(
+        "add --cuda-graph-bs-prefill 1 2 4 ... N with --cuda-graph-max-bs-prefill N at least "
+        "the largest prefill expected (the load suite uses 256)"
+    )
+    off = load_prefill_advice([1, 8], ["--disable-piecewise-cuda-graph", *POW2_PREFILL])
+    assert "--disable-piecewise-cuda-graph turns prefill CUDA graphs off" in off[0].problem
+
+
+def test_load_levels_with_prefill_graphs_from_one_token_are_not_warned() -> None:
+    assert load_prefill_advice([1, 4, 16], POW2_PREFILL) == []
+    full = ["--cuda-graph-backend-prefill", "full", *POW2_PREFILL]
+    assert load_prefill_advice([64], full) == []
+
+
+def test_one_client_or_no_load_level_is_not_warned() -> None:
+    assert load_prefill_advice([1], []) == []
+    assert load_prefill_advice([], ["--disable-piecewise-cuda-graph"]) == []
+
+
+def test_the_load_suite_puts_every_prefill_in_a_graph_but_in_the_forks_interface() -> None:
+    """suites/specdec-gpu-load.toml's own settings put every prefill up to 256 new tokens in a
+    graph; its older-graph-flags interface (the DDTree fork, which has no prefill graph flags)
+    keeps prefill eager, and a load run on the fork is warned so."""
+    load = load_suite_settings(Path(__file__).parent.parent / "suites" / "specdec-gpu-load.toml")
+    settings = load.engine_settings("sglang")
+    assert max(load.concurrency) > 1
+    assert load_prefill_advice(load.concurrency, settings.extra_args) == []
+    (fork,) = load_prefill_advice(load.concurrency, settings.interfaces["older-graph-flags"])
+    assert "--disable-piecewise-cuda-graph turns prefill CUDA graphs off" in fork.problem
+
+
+def test_a_load_run_plan_carries_the_prefill_warning(sglang_python: str, tmp_path: Path) -> None:
+    """The warning reaches a run through the plan's lint (shown with the run's notes), only
+    where the run has load levels above one client: the settings are the same either way."""
+    from pytest_specdec.driver.plan import Planner
+    from pytest_specdec.driver.settings import RunSettings
+
+    suite_file = tmp_path / "suite.toml"
+    suite_file.write_text(
+        f'[engines.sglang]\npython = "{sglang_python}"\n'
+        'extra_args = ["--mem-fraction-static", "0.8"]\n'
+    )
+    suite = load_suite_settings(suite_file)
+    cfg = next(c for c in preset_configs() if c.qualified_name == "sglang:baseline")
+    model = tmp_path / "target"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    under_load = RunSettings(engine="sglang", model=str(model), concurrency=(1, 4))
+    plan = Planner(under_load, suite).plan(cfg)
+    assert isinstance(plan.lint, list)
+    (line,) = [w for w in plan.lint if "--cuda-graph-bs-prefill" in w]
+    assert line.startswith("warning: --cuda-graph-bs-prefill: concurrency [1, 4] with the SGLang")
+    one_request = Planner(RunSettings(engine="sglang", model=str(model)), suite).plan(cfg)
+    assert isinstance(one_request.lint, list)
+    assert not [w for w in one_request.lint if "--cuda-graph-bs-prefill" in w]
+
+
 @pytest.mark.parametrize("name", ["ddtree-b15", "ddtree-b16"])
 def test_ddtree_presets_are_flagged_as_not_upstream(sglang_python: str, name: str) -> None:
     engine, spec = _sglang_spec(name, sglang_python)
@@ -210,8 +346,6 @@ def test_sglang_reads_the_key_file_the_adapter_writes(sglang_python: str, tmp_pa
 def test_the_gpu_suite_file_settings_parse(sglang_python: str, suite: str) -> None:
     """The GPU suite files' engine flags (the load suite's prefill graph sizes and GC warning
     too) with every upstream preset, through the parser of the release GPU runners have."""
-    from pytest_specdec.core.suitefile import load_suite_settings
-
     settings = load_suite_settings(Path(__file__).parent.parent / "suites" / suite)
     extra = settings.engine_settings("sglang").extra_args
     for name in UPSTREAM:
@@ -307,7 +441,6 @@ def test_engine_interfaces_boot_the_extra_args_the_installed_sglang_takes(
     this SGLang does not have (as 0.5.17's graph flags are unknown to the DDTree fork), so its
     own parser picks the interface whose flags it takes, once per engine; the record says
     which, and why not the other."""
-    from pytest_specdec.core.suitefile import load_suite_settings
     from pytest_specdec.driver.plan import Planner
     from pytest_specdec.driver.settings import RunSettings
 

@@ -32,7 +32,7 @@ from pytest_specdec.engines import Engine, make_engine
 from pytest_specdec.engines.base import BootContext, LaunchSpec
 from pytest_specdec.engines.cpus import describe
 from pytest_specdec.engines.launch import free_port
-from pytest_specdec.engines.lint import LintUnavailable, errors
+from pytest_specdec.engines.lint import LintUnavailable, errors, load_prefill_advice
 from pytest_specdec.gpu.monitor import GpuMonitor
 
 
@@ -196,6 +196,8 @@ class Planner:
         mark = time.perf_counter()
         try:
             findings = plan.engine.lint(plan.spec)
+            if plan.engine.name == "sglang":  # load levels its settings measure badly
+                findings += load_prefill_advice(self.settings.concurrency, plan.spec.argv)
         except LintUnavailable as exc:
             return replace(plan, lint=f"not checked: {exc}", lint_s=time.perf_counter() - mark)
         plan = replace(plan, lint=[str(f) for f in findings], lint_s=time.perf_counter() - mark)

@@ -8,7 +8,8 @@
 
 Every unknown flag is named with the closest valid one. Besides the flags' validity, a config
 known to measure badly gets a *warning* (``Finding.warning``), which never blocks a boot:
-``sglang_advice``.
+``sglang_advice``; and so do SGLang settings that measure the load levels of a run badly:
+``load_prefill_advice``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import difflib
 import json
 import re
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_specdec.engines.scripts import ScriptFailed, run_script_cached
@@ -107,6 +108,117 @@ def sglang_advice(argv: Sequence[str]) -> list[Finding]:
             "its time depends on where each prompt's KV lands (decode speed moved 5-16% "
             "between placements and boots on an H200, docs/statistics.md); add "
             f"{DRAFT_BACKEND_FLAG} triton",
+            warning=True,
+        )
+    ]
+
+
+# SGLang 0.5.17's prefill CUDA graphs (server_args.py, _parse_cuda_graph_config): these flags all
+# set the prefill graph backend (one argparse destination, the last one given wins; None: the
+# flag's value); the off-switches count only where none of them is given; the size flags are
+# one list (the second a deprecated alias); --cuda-graph-config's JSON wins over every flag.
+PREFILL_BACKEND_FLAGS: Mapping[str, str | None] = {
+    "--cuda-graph-backend-prefill": None,
+    "--disable-piecewise-cuda-graph": "disabled",
+    "--enable-breakable-cuda-graph": "breakable",
+    "--enforce-piecewise-cuda-graph": "tc_piecewise",
+}
+PREFILL_OFF_SWITCHES = ("--disable-prefill-cuda-graph", "--disable-cuda-graph")
+PREFILL_SIZES_FLAG = "--cuda-graph-bs-prefill"
+PREFILL_SIZE_FLAGS = (PREFILL_SIZES_FLAG, "--piecewise-cuda-graph-tokens")
+GRAPH_CONFIG_FLAG = "--cuda-graph-config"
+
+
+def _last(argv: Sequence[str], flags: Iterable[str]) -> tuple[str, list[str]] | None:
+    """The last of ``flags`` given and its values (``--flag a b`` up to the next flag, or
+    ``--flag=a``)."""
+    names = set(flags)
+    found = None
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name not in names:
+            continue
+        if eq:
+            found = (name, [value])
+            continue
+        values = []
+        for nxt in argv[i + 1 :]:
+            if nxt.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", nxt):
+                break
+            values.append(nxt)
+        found = (name, values)
+    return found
+
+
+def _graph_config_prefill(argv: Sequence[str]) -> dict[str, object]:
+    """The ``prefill`` table of --cuda-graph-config's JSON (empty where none is readable: the
+    parser itself names a bad one)."""
+    given = _last(argv, [GRAPH_CONFIG_FLAG])
+    try:
+        table = json.loads(given[1][0]) if given and given[1] else {}
+    except json.JSONDecodeError:
+        return {}
+    prefill = table.get("prefill") if isinstance(table, dict) else None
+    return prefill if isinstance(prefill, dict) else {}
+
+
+def eager_one_token_prefill(argv: Sequence[str]) -> str | None:
+    """Why SGLang 0.5.17 runs a one-token prefill outside CUDA graphs under ``argv``, or None
+    where it has a graph. Prefill graphs are on by default, at sizes 4, 8, 12, ... new tokens,
+    and a graph is replayed only where the new tokens pad to a captured size at most twice as
+    large: a one-token prefill has one only where the sizes include 1."""
+    config = _graph_config_prefill(argv)
+    chosen = _last(argv, PREFILL_BACKEND_FLAGS)
+    if "backend" in config:
+        backend, source = str(config["backend"]), f"{GRAPH_CONFIG_FLAG} prefill backend"
+    elif chosen is not None:
+        flag, values = chosen
+        backend = PREFILL_BACKEND_FLAGS[flag] or (values[0] if values else "")
+        source = flag if PREFILL_BACKEND_FLAGS[flag] else f"{flag} {backend}"
+    else:
+        off = [f for f in PREFILL_OFF_SWITCHES if f in argv]
+        backend, source = ("disabled", off[-1]) if off else ("", "")
+    if backend == "disabled":
+        return f"{source} turns prefill CUDA graphs off"
+    if "bs" in config:
+        sizes = [str(s) for s in config["bs"]] if isinstance(config["bs"], list) else []
+        named = f"{GRAPH_CONFIG_FLAG} prefill bs [{', '.join(sizes)}]"
+    elif (given := _last(argv, PREFILL_SIZE_FLAGS)) is not None:
+        sizes, named = given[1], f"{given[0]} {' '.join(given[1])}"
+    else:
+        return (
+            f"no {PREFILL_SIZES_FLAG} is given, and SGLang 0.5.17's default prefill graph sizes "
+            "(4, 8, 12, ...) leave a one-token prefill eager (a graph is replayed only where the "
+            "new tokens pad to a captured size at most twice as large)"
+        )
+    if "1" in sizes:
+        return None
+    return f"{named} has no size 1, so a one-token prefill runs eagerly"
+
+
+def load_prefill_advice(
+    levels: Sequence[int], argv: Sequence[str], where: str = "the SGLang args"
+) -> list[Finding]:
+    """A warning for SGLang args that leave a one-token prefill eager (above) where a load level
+    has more than one client: under load every arriving request is prefilled while the others
+    wait, and once the radix cache holds the prompts nearly every prefill is a few new tokens,
+    most often one. Run eagerly (kernel by kernel from the scheduler's Python loop), its time per
+    round moved 2.8-fold between boots on an H200 (suites/specdec-gpu-load.toml; docs/gpu-run.md,
+    "An eighth H200" to "A tenth H200")."""
+    if max(levels, default=0) <= 1:
+        return []
+    reason = eager_one_token_prefill(argv)
+    if reason is None:
+        return []
+    return [
+        Finding(
+            PREFILL_SIZES_FLAG,
+            f"concurrency {list(levels)} with {where}: {reason}. Under load every arriving "
+            "request's prefill then runs eagerly, and its time moves between boots (its time "
+            "per round moved 2.8-fold between boots on an H200: suites/specdec-gpu-load.toml; "
+            'docs/gpu-run.md, "An eighth H200" to "A tenth H200"); add '
+            f"{PREFILL_SIZES_FLAG} 1 2 4 ... N with --cuda-graph-max-bs-prefill N at least the "
+            "largest prefill expected (the load suite uses 256)",
             warning=True,
         )
     ]
