@@ -193,6 +193,23 @@ def test_markdown_gpu_health_covers_load_rounds() -> None:
             "hw_thermal_slowdown in 33.3%") in health  # fmt: skip
 
 
+def test_markdown_says_what_each_config_held_the_machine_for() -> None:
+    """The machine time of every config, summed over its server sessions with its parts (the
+    job summary of a nightly load run carries the GPU-minutes of each curve)."""
+    doc = synthetic()
+    assert "### Machine time\n\n_Not recorded._" in markdown_summary(doc)
+    plain = next(c for c in doc["configs"] if c["name"] == "baseline")
+    plain["extra"]["cost"] = [
+        {"total_s": 150.0, "start_s": 60.0, "load_s": 80.0, "stop_s": 10.0},
+        {"total_s": 126.0, "start_s": 50.0, "load_s": 70.0, "stop_s": 6.0},
+    ]
+    section = markdown_summary(doc).split("### Machine time")[1].split("### Failures")[0]
+    assert section.strip() == (
+        "- baseline: machine time 4.60 min over 2 server sessions (boot 110.0 s, load levels "
+        "150.0 s, stop 16.0 s)"
+    )
+
+
 def test_markdown_lists_failures_with_their_cause_escaped() -> None:
     text = markdown_summary(synthetic())
     assert "- `broken` **boot failed**: llama-server exited (code 1)" in text

@@ -19,6 +19,7 @@ from pytest_specdec.core.results import ConfigRecord
 from pytest_specdec.measure.roofline import by_config
 from pytest_specdec.report.load import markdown_section
 from pytest_specdec.report.markdown import (
+    cost_lines,
     environment_details,
     excluded,
     failure_lines,
@@ -92,6 +93,10 @@ def markdown_summary(results: Mapping[str, Any]) -> str:
         "### GPU health",
         "",
         *gpu_lines(recs),
+        "",
+        "### Machine time",
+        "",
+        *cost_lines(recs),
         "",
         "### Failures",
         "",

@@ -19,6 +19,7 @@ from pytest_specdec.measure.roofline import describe as roofline_cell
 from pytest_specdec.report.summary import (
     CellSummary,
     config_cells,
+    cost_line,
     suite_geomean,
     unmeasured_label,
 )
@@ -259,6 +260,13 @@ def gpu_lines(recs: Sequence[ConfigRecord]) -> list[str]:
     out = [md_table([*header, "telemetry lost"], [r for r, _ in rows], "lrrrlrr"), ""]
     out += ["Reasons in bold invalidate a run; `sw_power_cap` is normal under load.", ""]
     return out + [n for _, notes in rows for n in notes]
+
+
+def cost_lines(recs: Sequence[ConfigRecord]) -> list[str]:
+    """What each config's server sessions held the machine for, summed over its sessions
+    (boots, warm-up, one-request runs and load levels: the GPU time its verdict cost)."""
+    lines = [f"- {md(line)}" for r in recs if (line := cost_line(r)) is not None]
+    return lines or ["_Not recorded._"]
 
 
 def failure_lines(recs: Sequence[ConfigRecord], limit: int = 50) -> list[str]:
