@@ -26,7 +26,13 @@ from typing import Any
 import numpy as np
 
 from pytest_specdec.core.results import load_results
-from pytest_specdec.measure.levels import RoundResult, levels_of, phase_means, rounds_of
+from pytest_specdec.measure.levels import (
+    RoundResult,
+    levels_of,
+    no_forward_s,
+    phase_means,
+    rounds_of,
+)
 from pytest_specdec.verdict.planning import history_mde
 from pytest_specdec.verdict.stats import SessionSummary
 
@@ -44,13 +50,6 @@ def util(r: RoundResult) -> float | None:
 
 def phases_of(r: RoundResult) -> dict[str, float]:
     return {k: float(v) for k, v in (r.engine.get("phase_s") or {}).items()}
-
-
-def idle_s(rounds: Sequence[RoundResult]) -> float | None:
-    """Seconds per round in which the GPU ran no forward: the round's wall time less the GPU
-    seconds of every phase (rounds without phase times left out). What the host does between
-    forwards (scheduling, prefill bookkeeping, streaming) is in it."""
-    return mean([r.wall_s - sum(phases_of(r).values()) for r in rounds if phases_of(r)])
 
 
 def mean(values: Sequence[float | None]) -> float | None:
@@ -73,7 +72,8 @@ def boot_rows(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
                  _cell(mean([util(r) for r in mine]), ".0f"),
                  _cell(mean([h.get("steal") for h in host]), ".2%")]  # fmt: skip
         phases = phase_means(mine)
-        cells.append(_cell(idle_s(mine) if names else None, ".3f"))
+        idle = no_forward_s(mine)
+        cells.append(_cell(idle[0] if idle else None, ".3f"))
         cells += [_cell(phases.get(n), ".3f") for n in names]
         rows.append("| " + " | ".join(cells) + " |")
     return rows

@@ -601,6 +601,32 @@ def test_the_driver_records_phase_time_and_gauges_of_runs_and_rounds(tmp_path: P
     assert f"baseline at 2 clients: GPU time per round by phase: {spent}" in notes
 
 
+def test_the_time_a_round_ran_no_forward_is_its_wall_less_its_gpu_seconds() -> None:
+    """What the host took of a round: its wall time less its phases' GPU seconds (an H200 at
+    64 clients: 0.35-0.48 s of a 4.6 s round), warm-up rounds left out; none where a round's
+    GPU seconds exceed its wall time, or where no round was timed."""
+    from pytest_specdec.measure.levels import no_forward_s, rounds_of
+    from pytest_specdec.report.load import level_notes
+
+    config = _config("plain", {64: [9000.0, 8800.0, 8600.0]}, args=())
+    for r, (wall, phases) in zip(config["extra"]["load"], [
+        (4.6, {"decode": 3.8, "extend": 0.45}),  # warm-up: left out
+        (4.6, {"decode": 3.8, "extend": 0.45}),
+        (4.8, {"decode": 3.8, "extend": 0.5}),
+    ], strict=False):  # fmt: skip
+        r.update(wall_s=wall, engine={"phase_s": phases})
+    config["extra"]["load"][0]["warmup"] = True
+    config["extra"]["load"][2]["engine"] = {}  # a round the timer missed
+    seconds, share = no_forward_s(rounds_of(config, 64)) or (None, None)
+    assert seconds == pytest.approx(0.35) and share == pytest.approx(0.35 / 4.6)
+    notes = level_notes("plain", config)
+    assert "plain at 64 clients: GPU time per round by phase: decode 3800 ms, extend 450 ms; " \
+        "no forward 350 ms (7.6% of the round)" in notes  # fmt: skip
+    config["extra"]["load"][1]["wall_s"] = 4.0  # GPU seconds beyond the wall
+    assert no_forward_s(rounds_of(config, 64)) is None
+    assert no_forward_s(rounds_of(_config("plain", {4: [1.0]}), 4)) is None
+
+
 def test_load_levels_run_after_the_one_request_tests_of_each_server_session(
     suite_project: pytest.Pytester,
 ) -> None:

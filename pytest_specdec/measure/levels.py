@@ -330,6 +330,23 @@ def phase_means(rounds: Sequence[RoundResult]) -> dict[str, float]:
     return {k: sum(float(t.get(k, 0.0)) for t in timed) / len(timed) for k in keys}
 
 
+def no_forward_s(rounds: Sequence[RoundResult]) -> tuple[float, float] | None:
+    """Seconds per round in which the GPU ran no forward, and their share of the round: a
+    round's wall time less the GPU seconds of every phase (the engine's device timer), over
+    the measured rounds that timed them (None: none did). The host's part of a round: its
+    scheduling between forwards, the prefill's bookkeeping, the streams written. None too
+    where a round's GPU seconds exceed its wall time (by more than 1%): then the timer's
+    seconds are not the GPU's alone, and cannot be set against the wall."""
+    timed = [r for r in rounds if r.ok and not r.warmup and r.engine.get("phase_s")]
+    if not timed:
+        return None
+    idle = [r.wall_s - sum(float(v) for v in r.engine["phase_s"].values()) for r in timed]
+    if any(i < -0.01 * r.wall_s for i, r in zip(idle, timed, strict=True)):
+        return None
+    wall = sum(r.wall_s for r in timed)
+    return sum(idle) / len(idle), (sum(idle) / wall if wall > 0 else 0.0)
+
+
 def gauge_read_summary(rounds: Sequence[RoundResult]) -> str | None:
     """How long the engine took to answer the gauge reads of these rounds: how many, the
     longest, and their time as a share of the rounds' (None: no read timed)."""

@@ -17,6 +17,7 @@ from pytest_specdec.measure.levels import (
     gauge_read_summary,
     gc_note,
     levels_of,
+    no_forward_s,
     observed_notes,
     phase_means,
     rounds_of,
@@ -112,6 +113,9 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
         phases = phase_means(rounds)
         if phases:
             spent = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in phases.items())
+            idle = no_forward_s(rounds)
+            if idle is not None:
+                spent += f"; no forward {idle[0] * 1000:.0f} ms ({idle[1]:.1%} of the round)"
             out.append(f"{name} at {lv.clients} clients: GPU time per round by phase: {spent}")
         host = host_summary([r.engine.get("host") or {} for r in rounds if not r.warmup])
         if host:
