@@ -1,7 +1,8 @@
 """Where a load level's time went, boot by boot: the GPU seconds of each forward phase per round
 (SGLang's device timer, ``engine.phase_s`` of a round), the time of the round in which the GPU ran
 no forward at all (its wall time less those seconds: the host's part), the GPU's busy share
-(NVML) and the host's stolen share (``engine.host``), beside the round's throughput.
+(NVML), the host's stolen share and the CPU the engine's busiest thread was on (``engine.host``),
+beside the round's throughput.
 
     python bench/load_phases.py RESULTS.json[.gz] [--clients 4 --clients 16]
 
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from pytest_specdec.core.results import load_results
+from pytest_specdec.measure.host import shared_cpus
 from pytest_specdec.measure.levels import (
     RoundResult,
     levels_of,
@@ -61,6 +63,15 @@ def _cell(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def placed(host: Sequence[dict[str, Any]]) -> str:
+    """The CPUs the busiest engine thread (SGLang's scheduler loop) was on at the end of the
+    boot's rounds, ``*`` where busy threads shared a CPU in some round; ``-``: not recorded."""
+    on = sorted({int(h["busiest"]["on_cpu"]) for h in host
+                 if (h.get("busiest") or {}).get("on_cpu") is not None})  # fmt: skip
+    crowded = any(shared_cpus(h.get("busy_threads") or []) for h in host)
+    return (",".join(map(str, on)) + ("*" if crowded else "")) if on else "-"
+
+
 def boot_rows(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
     """One Markdown row per boot: throughput, GPU busy, steal, phase seconds per round."""
     rows = []
@@ -70,7 +81,7 @@ def boot_rows(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
         tput = mean([float(r.output_tok_per_s or 0) for r in mine])
         cells = [str(session), str(len(mine)), _cell(tput, ".0f"),
                  _cell(mean([util(r) for r in mine]), ".0f"),
-                 _cell(mean([h.get("steal") for h in host]), ".2%")]  # fmt: skip
+                 _cell(mean([h.get("steal") for h in host]), ".2%"), placed(host)]  # fmt: skip
         phases = phase_means(mine)
         idle = no_forward_s(mine)
         cells.append(_cell(idle[0] if idle else None, ".3f"))
@@ -184,9 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             names = sorted({k for r in rounds for k in phases_of(r)})
             print(f"\n{cfg['name']} at {clients} clients")
-            print("| boot | rounds | out tok/s | GPU busy % | steal | no forward s | "
-                  + " | ".join(f"{n} s" for n in names) + " |")  # fmt: skip
-            print("|" + "---:|" * (6 + len(names)))
+            print("| boot | rounds | out tok/s | GPU busy % | steal | busiest on CPU | "
+                  "no forward s | " + " | ".join(f"{n} s" for n in names) + " |")  # fmt: skip
+            print("|" + "---:|" * (7 + len(names)))
             print("\n".join(boot_rows(rounds, names)))
             print("\n".join(phase_lines(rounds, names)))
             spread = boot_spread(rounds, args.stored, args.nightly)

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fake_nvml import FakeNvml
@@ -30,6 +31,7 @@ from pytest_specdec.gpu.nvml import (
     fingerprints,
     parse_cuda_visible_devices,
     parse_gpu_list,
+    pci_locality,
     port_range,
     probe,
     xdist_worker_index,
@@ -439,6 +441,21 @@ def test_fingerprint_reads_identity_and_settings(fake: FakeNvml) -> None:
     assert first["power_limit_w"] == 700.0 and first["memory_total_mib"] == 143_771
     assert first["ecc_enabled"] is True and second["ecc_enabled"] is None
     assert first["locked_sm_clock_mhz"] is None
+    assert {"numa_node", "local_cpus"} <= set(first)  # sysfs's say, None on a machine without it
+
+
+def test_the_gpus_numa_node_and_local_cpus_from_sysfs(tmp_path: Path) -> None:
+    device = tmp_path / "bus" / "pci" / "devices" / "0000:9a:00.0"
+    device.mkdir(parents=True)
+    (device / "numa_node").write_text("1\n")
+    (device / "local_cpulist").write_text("48-95,144-191\n")
+    assert pci_locality("00000000:9A:00.0", tmp_path) == (1, "48-95,144-191")
+    (device / "numa_node").write_text("-1\n")  # the platform gave no node (a VM, one socket)
+    assert pci_locality("00000000:9A:00.0", tmp_path) == (None, "48-95,144-191")
+    (device / "numa_node").write_text("x\n")
+    (device / "local_cpulist").unlink()
+    assert pci_locality("00000000:9A:00.0", tmp_path) == (None, None)
+    assert pci_locality("00000000:18:00.0", tmp_path) == (None, None)  # no such device
 
 
 # ---------------------------------------------------------------------------- no NVML

@@ -18,7 +18,9 @@ from pytest_specdec.measure.host import (
     host_facts,
     host_summary,
     schedstat,
+    shared_cpus,
     snapshot,
+    stat_cpu,
 )
 
 STAT = (
@@ -105,6 +107,47 @@ def test_nothing_read_gives_no_facts(tmp_path: Path) -> None:
     assert host_summary([old]) == "1 round: steal 0.00%, s ran 1.01 CPUs, waited at most 0.000"
 
 
+def _stat(comm: str, cpu: int) -> str:
+    """A /proc/<pid>/task/<tid>/stat line whose field 39 (processor) is ``cpu``."""
+    rest = ["S"] + ["0"] * 35 + [str(cpu)] + ["0"] * 13  # fields 3..52
+    return f"4242 ({comm}) " + " ".join(rest) + "\n"
+
+
+def test_where_the_busy_threads_ran(tmp_path: Path) -> None:
+    assert stat_cpu(_stat("sglang::scheduler", 7)) == 7
+    assert stat_cpu(_stat("odd ) name (x", 3)) == 3  # counted from the last parenthesis
+    assert stat_cpu("4242 (short) S 1 2") is None and stat_cpu("") is None
+    assert stat_cpu(_stat("x", 5).replace(" 5 ", " five ")) is None
+    first, second = tmp_path / "a", tmp_path / "b"
+    stat = {"user": 0, "system": 0, "idle": 100, "steal": 0, "idle0": 50, "idle1": 50}
+    _proc(first, stat, {10: ("sched", ["0 0 1", "0 0 1"]), 11: ("http", ["0 0 1", "0 0 1"])})
+    # one second later: the scheduler's loop ran 0.98 s and was last on CPU 5, its other thread
+    # 0.05 s (not busy enough to place); the HTTP server's two threads 0.4 and 0.2 s, one of
+    # them last on CPU 5 too, the other's stat unreadable (it is not placed)
+    _proc(second, {**stat, "user": 100},
+          {10: ("sched", ["980000000 0 1", "50000000 0 1"]),
+           11: ("http", ["400000000 0 1", "200000000 0 1"])})  # fmt: skip
+    (second / "10" / "task" / "1000" / "stat").write_text(_stat("sglang::schedul", 5))
+    (second / "10" / "task" / "1001" / "stat").write_text(_stat("sglang::schedul", 2))
+    (second / "11" / "task" / "1100" / "stat").write_text(_stat("python3", 5))
+    before = snapshot([10, 11], first)
+    after = snapshot([10, 11], second)
+    assert after.processes[10].last_cpu == {1000: 5, 1001: 2}
+    assert before.processes[10].last_cpu == {}
+    window = HostSnapshot(before.at_ns + 1_000_000_000, after.cpu, after.processes, after.cpus)
+    facts = host_facts(before, window)
+    assert facts["busiest"]["on_cpu"] == 5
+    assert facts["busy_threads"] == [
+        {"name": "sched", "cpu": 5, "cpus": pytest.approx(0.98)},
+        {"name": "http", "cpu": 5, "cpus": pytest.approx(0.4)}]  # fmt: skip
+    assert shared_cpus(facts["busy_threads"]) == [5]
+    apart = {**facts, "busy_threads": [{"name": "sched", "cpu": 3, "cpus": 1.0}],
+             "busiest": {**facts["busiest"], "on_cpu": 3}}  # fmt: skip
+    assert host_summary([facts, apart]) == (
+        "2 rounds: steal 0.00% (one CPU at most 0.00%), busy 100%, sched ran 1.03 CPUs on CPUs 3, "
+        "5, waited at most 0.000, busy threads shared a CPU in 1 of them")  # fmt: skip
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
 def test_this_process_is_read_from_the_real_proc() -> None:
     before = snapshot([os.getpid()])
@@ -115,3 +158,4 @@ def test_this_process_is_read_from_the_real_proc() -> None:
     assert 0 <= facts["steal"] <= 1 and 0 <= facts["busy"] <= 1
     assert 0 <= facts["steal_max_cpu"] <= 1
     assert facts["engine_cpu_s"] > 0 and facts["busiest"]["cpus"] > 0
+    assert facts["busiest"]["on_cpu"] in os.sched_getaffinity(0)  # this thread ran 0.2 s

@@ -7,6 +7,7 @@ fail only on what is certain (errors, accept length, which is exact at temperatu
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,9 @@ def test_levels_are_stored_per_level_then_each_judged_on_a_rerun(
             host = r["engine"]["host"]  # the host's CPU over the round, read from /proc
             assert 0 <= host["steal"] <= 1 and 0 < host["busy"] <= 1
             assert host["engine_cpu_s"] > 0 and host["busiest"]["name"] == "llama-server"
+            # where its decoding threads ran: CPUs of this machine, the busiest one's among them
+            cpus = {t["cpu"] for t in host["busy_threads"]}
+            assert cpus <= set(range(os.cpu_count() or 1)) and host["busiest"]["on_cpu"] in cpus
         assert not [x for x in doc[name]["runs"] if x["phase"] == "load"]  # rows, not records
         assert doc[name]["extra"]["cost"][0]["load_s"] > 0
     spec = [r for r in doc["draft-np2"]["extra"]["load"] if not r["warmup"]]

@@ -21,6 +21,7 @@ import importlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -220,9 +221,37 @@ class GpuFingerprint:
     applications_mem_clock_mhz: int | None
     locked_sm_clock_mhz: int | None  # only a lock this process set (see hygiene.ClockLock)
     ecc_enabled: bool | None
+    # Where the GPU sits for the host's CPUs (Linux's sysfs for its PCI address): its NUMA node
+    # and the CPUs local to it, as the kernel lists them ("0-15"); None where sysfs has no say.
+    numa_node: int | None = None
+    local_cpus: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+SYS = Path("/sys")
+
+
+def pci_locality(bus_id: str, sys_root: Path = SYS) -> tuple[int | None, str | None]:
+    """The NUMA node and local CPU list of the PCI device NVML names ``bus_id``
+    (``00000000:18:00.0``; sysfs names it ``0000:18:00.0``). A node of -1 (the platform did not
+    say) and anything unreadable are None."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    device = sys_root / "bus" / "pci" / "devices" / f"{domain[-4:]}:{rest}"
+
+    def read(name: str) -> str | None:
+        try:
+            return (device / name).read_text().strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    node_text = read("numa_node")
+    try:
+        node = int(node_text) if node_text is not None else None
+    except ValueError:
+        node = None
+    return (node if node is not None and node >= 0 else None), read("local_cpulist")
 
 
 def _try(nvml: Any, name: str, *args: Any) -> Any | None:
@@ -254,11 +283,13 @@ def fingerprint(index: int, nvml: Any | None = None) -> GpuFingerprint:
     max_mem = _try(nv, "nvmlDeviceGetMaxClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2))
     bus = _try(nv, "nvmlDeviceGetMemoryBusWidth", h)
     driver = _try(nv, "nvmlSystemGetDriverVersion")
+    bus_id = as_text(nv.nvmlDeviceGetPciInfo(h).busId)
+    numa_node, local_cpus = pci_locality(bus_id)
     return GpuFingerprint(
         index=index,
         name=as_text(nv.nvmlDeviceGetName(h)),
         uuid=uuid,
-        pci_bus_id=as_text(nv.nvmlDeviceGetPciInfo(h).busId),
+        pci_bus_id=bus_id,
         driver_version=None if driver is None else as_text(driver),
         cuda_driver_version=_cuda_version(_try(nv, "nvmlSystemGetCudaDriverVersion")),
         memory_total_mib=None if memory is None else int(memory.total) // 2**20,
@@ -271,6 +302,8 @@ def fingerprint(index: int, nvml: Any | None = None) -> GpuFingerprint:
         applications_mem_clock_mhz=None if app_mem is None else int(app_mem),
         locked_sm_clock_mhz=LOCKED_SM_CLOCKS.get(uuid),
         ecc_enabled=None if ecc is None else bool(ecc[0]),
+        numa_node=numa_node,
+        local_cpus=local_cpus,
     )
 
 

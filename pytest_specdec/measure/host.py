@@ -13,7 +13,11 @@ GPU waits. Two readings of Linux's ``/proc``, one before and one after a window,
   waited for a CPU, and the busiest process (SGLang's scheduler, llama-server's main process)
   with both as CPUs' worth over the window (1.0: one CPU all the time; several threads can make
   it more). A thread started during the window counts in full; one that ended during it is not
-  seen (its time is lost, never negative).
+  seen (its time is lost, never negative);
+* where the engine's busy threads ran (``/proc/<pid>/task/<tid>/stat``: the CPU each thread was
+  last on when the window ended): the busiest process's busiest thread's CPU, and every thread
+  that ran a tenth of a CPU or more, so that rounds and boots can be told apart by placement
+  (two busy threads on one CPU, a thread on a CPU far from the GPU).
 
 A system without ``/proc`` (not Linux) reads nothing: the facts are then empty, never zeros.
 """
@@ -35,10 +39,13 @@ Ticks = Mapping[str, int]
 
 @dataclass(frozen=True)
 class ProcessTimes:
-    """One process: its name and, per thread id, (ns on a CPU, ns runnable waiting for one)."""
+    """One process: its name and, per thread id, (ns on a CPU, ns runnable waiting for one), and
+    the CPU each thread was last on (``last_cpu``; a thread whose stat could not be read is
+    missing)."""
 
     name: str
     threads: Mapping[int, tuple[int, int]]
+    last_cpu: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,20 @@ def schedstat(text: str) -> tuple[int, int] | None:
         return None
 
 
+def stat_cpu(text: str) -> int | None:
+    """``/proc/…/stat`` text: the CPU the task last ran on (field 39, ``processor``), or None.
+    The command name (field 2) is in parentheses and may hold spaces and parentheses itself, so
+    the fields are counted from the last ``)``."""
+    _, sep, rest = text.rpartition(")")
+    fields = rest.split()
+    if not sep or len(fields) < 37:
+        return None
+    try:
+        return int(fields[36])  # fields[0] is field 3 (state)
+    except ValueError:
+        return None
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text()
@@ -98,12 +119,15 @@ def process_times(pid: int, proc: Path = PROC) -> ProcessTimes | None:
         tasks = [t for t in (base / "task").iterdir() if t.name.isdigit()]
     except OSError:
         return None
-    threads = {}
+    threads, last_cpu = {}, {}
     for task in tasks:
         got = schedstat(_read(task / "schedstat") or "")
         if got is not None:
             threads[int(task.name)] = got
-    return ProcessTimes(name, threads) if threads else None
+            cpu = stat_cpu(_read(task / "stat") or "")
+            if cpu is not None:
+                last_cpu[int(task.name)] = cpu
+    return ProcessTimes(name, threads, last_cpu) if threads else None
 
 
 def snapshot(pids: Iterable[int] = (), proc: Path = PROC) -> HostSnapshot:
@@ -127,6 +151,30 @@ def _shares(before: Ticks, after: Ticks) -> dict[str, float] | None:
         return None
     idle = sum(delta[k] for k in _IDLE) + delta["steal"]
     return {"steal": delta["steal"] / total, "busy": (total - idle) / total}
+
+
+BUSY_THREAD_CPUS = 0.1  # a thread that ran this many CPUs' worth of a window is placed
+
+
+def _thread_run(before: ProcessTimes | None, after: ProcessTimes, tid: int) -> int:
+    """ns one thread ran between two readings (a new or reused thread id: from 0)."""
+    r1, w1 = after.threads[tid]
+    r0, w0 = (before.threads.get(tid) if before else None) or (0, 0)
+    return r1 if r1 < r0 or w1 < w0 else r1 - r0
+
+
+def placement(
+    before: Mapping[int, ProcessTimes], after: Mapping[int, ProcessTimes], wall_ns: int
+) -> list[dict[str, Any]]:
+    """The engine's threads that ran at least ``BUSY_THREAD_CPUS`` of the window, busiest
+    first: process name, the CPU the thread was last on, CPUs' worth it ran."""
+    out = []
+    for pid, times in after.items():
+        for tid in times.threads:
+            ran = _thread_run(before.get(pid), times, tid) / wall_ns
+            if ran >= BUSY_THREAD_CPUS and tid in times.last_cpu:
+                out.append({"name": times.name, "cpu": times.last_cpu[tid], "cpus": ran})
+    return sorted(out, key=lambda t: -t["cpus"])
 
 
 def _spent(before: ProcessTimes | None, after: ProcessTimes) -> tuple[int, int]:
@@ -165,7 +213,21 @@ def host_facts(before: HostSnapshot, after: HostSnapshot) -> dict[str, Any]:
             "cpus": spent[top][0] / wall_ns,
             "wait": spent[top][1] / wall_ns,
         }
+        busy = placement(before.processes, after.processes, wall_ns)
+        mine = [t for t in busy if t["name"] == after.processes[top].name]
+        if mine:  # the busiest process's busiest thread: SGLang's scheduler loop
+            out["busiest"]["on_cpu"] = mine[0]["cpu"]
+        if busy:
+            out["busy_threads"] = busy
     return out
+
+
+def shared_cpus(busy_threads: Sequence[Mapping[str, Any]]) -> list[int]:
+    """CPUs that two or more busy threads were last on at the end of one window."""
+    seen: dict[int, int] = {}
+    for thread in busy_threads:
+        seen[int(thread["cpu"])] = seen.get(int(thread["cpu"]), 0) + 1
+    return sorted(cpu for cpu, n in seen.items() if n > 1)
 
 
 def _span(values: Sequence[float], fmt: str) -> str:
@@ -195,6 +257,11 @@ def host_summary(rounds: Sequence[Mapping[str, Any]]) -> str | None:
         names = sorted({str(t["name"]) for t in tops})
         ran = [float(t.get("cpus", t.get("cpu", 0.0))) for t in tops]
         waited = max(float(t["wait"]) for t in tops)
-        parts.append(f"{'/'.join(names)} ran {_span(ran, '.2f')} CPUs, waited at most "
+        on = sorted({int(t["on_cpu"]) for t in tops if t.get("on_cpu") is not None})
+        where = f" on CPU{'s' * (len(on) > 1)} {', '.join(map(str, on))}" if on else ""
+        parts.append(f"{'/'.join(names)} ran {_span(ran, '.2f')} CPUs{where}, waited at most "
                      f"{waited:.3f}")  # fmt: skip
+    crowded = [f for f in read if shared_cpus(f.get("busy_threads") or [])]
+    if crowded:
+        parts.append(f"busy threads shared a CPU in {len(crowded)} of them")
     return f"{len(read)} round{'s' * (len(read) != 1)}: " + ", ".join(parts) if parts else None
