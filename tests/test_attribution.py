@@ -239,3 +239,44 @@ def test_sglang_decode_score_gates_a_5_percent_verify_slowdown_and_not_a_reboot(
     e2e = standalone(boot("rerun", "e2e"), stored(tmp_path, ["session"], "e2e"))
     assert e2e.outcome == "INCONCLUSIVE", e2e.message
     assert e2e.suite is not None and e2e.suite.ratio == pytest.approx(0.972, abs=0.003)
+
+
+def load_judged(run: Path, baselines: Path) -> dict[str, Any]:
+    """Each config's load levels of an H200 run judged again against the boots stored beside
+    it, Holm across them all: config -> clients -> level judgement."""
+    from pytest_specdec.core.results import load_results
+    from pytest_specdec.verdict.baselines import load_baseline
+    from pytest_specdec.verdict.load import adjust_load, judge_load_history
+
+    doc, policy = load_results(run), VerdictPolicy()
+    out = {}
+    for config in doc["configs"]:
+        baseline = load_baseline(
+            baselines / f"{config['name']}--mb-smollm2-7-4b-s0-1-seed1-hf.json"
+        )
+        assert baseline is not None
+        out[config["name"]] = judge_load_history(config, baseline, policy)
+    adjust_load(list(out.values()), policy)
+    return {name: judged.levels for name, judged in out.items()}
+
+
+def test_h200_load_slowdowns_are_told_kernel_from_host_by_the_gpus_own_work() -> None:
+    """SGLang 0.5.17 on an H200 under load (docs/gpu-run.md, "An eleventh H200" and "A twelfth
+    H200"): the verify slowdown injected in batches of five or more is the kernels (the GPU's
+    own work per round grew by as much as the round did); a rerun boot that ran slow at 16
+    clients and one that ran fast at 64, with every graph replay's GPU time as before, are the
+    host."""
+    gc, full = RUNS / "load-gc", RUNS / "load-full"
+    sglang = Path("baselines") / "gpu-nvidia-h200-x1" / "sglang"
+    inject = load_judged(gc / "h200-load-inject.json.gz", gc / sglang)["standalone-d16"]
+    for clients in (16, 64):
+        level = inject[clients]
+        assert level.verdict.outcome == Outcome.REGRESSED and level.cause == "kernel"
+        assert "got slower: not the drafter; the GPU's own work per round" in level.cause_text
+    slow = load_judged(full / "h200-r2-load-rerun.json.gz", full / sglang)["standalone-d16"][16]
+    assert slow.verdict.outcome == Outcome.REGRESSED and slow.verdict.provisional
+    assert slow.cause == "host", slow.message
+    assert "verify steps/s -6.1%; the GPU's own work per round (every phase but extend) moved " \
+        "+0.001 s of the round's +0.18" in slow.cause_text  # fmt: skip
+    fast = load_judged(gc / "h200-bl-load-rerun.json.gz", gc / sglang)["baseline"][64]
+    assert fast.verdict.outcome == Outcome.IMPROVED and fast.cause == "host", fast.message

@@ -357,6 +357,40 @@ def test_a_level_verdict_names_the_phase_where_the_gpu_time_went(tmp_path: Path)
     assert untimed.levels[16].phases == {} and "by phase" not in untimed.levels[16].message
 
 
+def test_a_slower_level_is_put_on_the_host_when_the_gpus_own_work_stayed(tmp_path: Path) -> None:
+    """A level 10% slower with the same acceptance: where the GPU's own work per round grew
+    with it (target_verify), the kernels; where every phase but the prefill (whose device time
+    includes preparing the batch on the host) stayed, the host. Rounds of 1 s hold 100 tok."""
+    even = {16: {"extend": 0.10, "target_verify": 0.60, "eagle_draft": 0.20}}
+    stored = _timed(_config("spec", {16: _noisy(16, 100.0)}), even)
+    baseline = _baseline_of(stored, tmp_path, sessions=0)
+    for s in range(6):
+        entry = session_entries(_results(stored), _timed(_config(
+            "spec", {16: _noisy(300 + s, 100.0)}), even))[0]  # fmt: skip
+        baseline.sessions.append({**entry, "id": f"s{s}"})
+
+    def tonight(phases: dict[str, float]) -> Any:
+        config = _timed(_config("spec", {16: _noisy(9, 90.0)}), {16: phases})
+        for r in config["extra"]["load"]:
+            r["wall_s"] = 100.0 / r["output_tok_per_s"]
+        judged = judge_load_history(config, baseline, POLICY)
+        return judged.levels[16]
+
+    kernel = tonight({"extend": 0.10, "target_verify": 0.71, "eagle_draft": 0.20})
+    assert kernel.verdict and kernel.verdict.outcome == Outcome.REGRESSED
+    assert kernel.cause == "kernel" and "got slower: not the drafter" in str(kernel.cause_text)
+    assert "the GPU's own work per round (every phase but extend) moved +0.110 s of the " \
+        "round's +0.1" in str(kernel.cause_text)  # fmt: skip
+    host = tonight({"extend": 0.18, "target_verify": 0.60, "eagle_draft": 0.201})
+    assert host.verdict and host.verdict.outcome == Outcome.REGRESSED and host.cause == "host"
+    assert str(host.cause_text).startswith(
+        "cause: host side: accept length +0.0%, verify steps/s -9.7%; ")  # fmt: skip
+    assert "moved +0.001 s of the round's +0.1" in str(host.cause_text)
+    assert "the host's pace, not the kernels" in host.message
+    untimed = judge_load_history(_config("spec", {16: _noisy(9, 90.0)}), baseline, POLICY)
+    assert untimed.levels[16].cause == "kernel"  # no phase timed tonight: the accept length's
+
+
 def test_failed_rounds_make_the_load_unjudgeable_and_refuse_the_baseline() -> None:
     config = _config("spec", {4: [100.0, 101.0]})
     config["extra"]["load"][1].update(output_tok_per_s=None, failed=1, errors=["client 0: boom"])

@@ -6,7 +6,9 @@ history (the level's cells in the config's baseline), Welch otherwise (provision
 ``--specdec-reference``, A/B per level. Holm runs across every (config, level) verdict of a run.
 At each level the change is split into accept length and verify steps per second, as for the
 suite score (compare.attribute), so that a kernel that slows only large batches is told from a
-drafter that got worse.
+drafter that got worse. Where the engine times its forward phases on the GPU, a change of the
+steps' pace is split once more: the GPU's own work per round against the round's wall time, so
+that slower kernels are told from a host that prepared batches and scheduled forwards slower.
 
 The *speedup curve* of a speculative config is its throughput over a plain config's (the
 reference, or a config without speculation measured in the same run) at each level, with its
@@ -29,6 +31,14 @@ from pytest_specdec.verdict.crossover import Crossover, crossover_of
 from pytest_specdec.verdict.sessions import level_accept, level_sessions, round_errors
 from pytest_specdec.verdict.stats import Verdict, VerdictPolicy, adjust_verdicts
 
+# SGLang's device timer counts a prefill forward in CUDA graphs from before its batch is loaded
+# on the host (SGLang 0.5.17's model_runner: "it also includes load_batch time"), so `extend`
+# carries the host's pace; every other phase is a graph replay, the GPU's work alone.
+HOST_PACED_PHASES = frozenset({"extend"})
+# Below this share of a decided change in a round's wall time, the GPU's own work did not
+# cause it: the host's pace did.
+KERNEL_SHARE = 1 / 3
+
 JUDGED = "judged"
 NO_DATA = "no-data"
 UNJUDGEABLE = "unjudgeable"
@@ -48,10 +58,15 @@ class LevelJudgement:
     # GPU seconds per round by forward phase, tonight's against the stored ones (same config):
     # name -> new, reference, change
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
+    round_wall_s: float | None = None  # tonight's mean wall time of a measured round
 
     def explain(self) -> LevelJudgement:
         if self.verdict is not None:
             self.cause, self.cause_text = attribute(self.verdict, {"level": self.accept})
+            self.cause, self.cause_text = host_or_kernel(
+                self.verdict, self.cause, self.cause_text, self.phases, self.round_wall_s,
+                self.accept.get("change"),
+            )  # fmt: skip
             tail = f"; {self.cause_text}" if self.cause_text else ""
             if self.phases:
                 tail += f"; GPU time per round by phase: {phase_text(self.phases)}"
@@ -150,6 +165,54 @@ def phase_changes(
     return out
 
 
+def gpu_work_change(
+    phases: Mapping[str, Mapping[str, float]], ratio: float, round_wall_s: float | None
+) -> tuple[float, float] | None:
+    """How much a round's wall time changed against the stored rounds (a round holds the same
+    tokens on both sides, so the stored round took ``ratio`` times tonight's), and how much of
+    that the GPU's own work per round changed: the phases other than ``HOST_PACED_PHASES``.
+    None without both."""
+    work = [p for name, p in phases.items() if name not in HOST_PACED_PHASES]
+    if not work or not round_wall_s or ratio <= 0:
+        return None
+    return round_wall_s * (1 - ratio), sum(p["new"] - p["reference"] for p in work)
+
+
+def host_or_kernel(
+    verdict: Verdict,
+    cause: str | None,
+    text: str | None,
+    phases: Mapping[str, Mapping[str, float]],
+    round_wall_s: float | None,
+    accept_change: float | None = None,
+) -> tuple[str | None, str | None]:
+    """A decided change that the accept length does not explain (cause ``kernel``, or
+    ``target`` without speculation) is put on the host when the GPU's own work per round
+    moved less than ``KERNEL_SHARE`` of the round's wall time in the same direction: the time
+    went to preparing batches and to the gaps between forwards. Otherwise the GPU's share is
+    added to the cause. Other causes, and levels without phase times, are left as they are."""
+    if cause not in ("kernel", "target") or verdict.outcome.value not in ("REGRESSED", "IMPROVED"):
+        return cause, text
+    split = gpu_work_change(phases, verdict.ratio, round_wall_s)
+    if split is None:
+        return cause, text
+    wall, work = split
+    share = work / wall if wall else 0.0
+    facts = (f"the GPU's own work per round (every phase but "
+             f"{', '.join(sorted(HOST_PACED_PHASES))}) moved {work:+.3f} s of the round's "
+             f"{wall:+.3f} s ({share:.0%})")  # fmt: skip
+    if share >= KERNEL_SHARE:
+        return cause, f"{text}; {facts}" if text else facts
+    steps = ""
+    if accept_change is not None and accept_change > -1:
+        steps = (f"accept length {accept_change:+.1%}, verify steps/s "
+                 f"{verdict.ratio / (1 + accept_change) - 1:+.1%}; ")  # fmt: skip
+    return "host", (
+        f"cause: host side: {steps}{facts}: the time went to preparing batches and between "
+        "forwards, the host's pace, not the kernels"
+    )
+
+
 def phase_text(phases: Mapping[str, Mapping[str, float]]) -> str:
     """``extend +139.7% (0.474 -> 1.136 s), target_verify +0.0% (...)``: the phase whose
     seconds moved most first, so the phase where the time went leads (a short phase that
@@ -194,11 +257,16 @@ def judge_load_history(
         accept = _accept_change(
             level_accept(config, clients), statistics.fmean(accepts) if accepts else None
         )
+        rounds = rounds_of(config, clients)
         phases = phase_changes(
-            phase_means(rounds_of(config, clients)),
+            phase_means(rounds),
             [c["phase_s"] for c in baseline.level_cells(clients) if c.get("phase_s")],
         )
-        out.levels[clients] = LevelJudgement(clients, verdict, "", accept, phases=phases).explain()
+        walls = [r.wall_s for r in rounds if r.ok and not r.warmup and r.wall_s > 0]
+        out.levels[clients] = LevelJudgement(
+            clients, verdict, "", accept, phases=phases,
+            round_wall_s=statistics.fmean(walls) if walls else None,
+        ).explain()  # fmt: skip
     if not out.levels:
         out.status, out.message = NO_DATA, "; ".join(out.notes) or "no level to judge"
         return out
