@@ -280,3 +280,25 @@ def test_h200_load_slowdowns_are_told_kernel_from_host_by_the_gpus_own_work() ->
         "+0.001 s of the round's +0.18" in slow.cause_text  # fmt: skip
     fast = load_judged(gc / "h200-bl-load-rerun.json.gz", gc / sglang)["baseline"][64]
     assert fast.verdict.outcome == Outcome.IMPROVED and fast.cause == "host", fast.message
+
+
+def test_h200_load_gpu_work_finds_the_slowdown_and_flags_no_rerun() -> None:
+    """The same H200 runs judged on the GPU's own work per round (three stored boots a side):
+    the injected verify slowdown REGRESSED at 16 and 64 clients and UNCHANGED at 1 and 4, with
+    an MDE under 1%; the six rerun boots, among them those the host slowed or sped up, flagged
+    at no level."""
+    gc, full = RUNS / "load-gc", RUNS / "load-full"
+    sglang = Path("baselines") / "gpu-nvidia-h200-x1" / "sglang"
+    inject = load_judged(gc / "h200-load-inject.json.gz", gc / sglang)["standalone-d16"]
+    outcomes = {c: lv.work.outcome for c, lv in inject.items()}
+    assert outcomes == {1: Outcome.UNCHANGED, 4: Outcome.UNCHANGED, 16: Outcome.REGRESSED,
+                        64: Outcome.REGRESSED}  # fmt: skip
+    assert inject[16].work.ratio == pytest.approx(0.840, abs=0.002)
+    assert all(lv.work.mde < 0.01 for lv in inject.values())
+    reruns = [(gc, "h200-bl-load-rerun"), (gc, "h200-sd-load-rerun"), (full, "h200-load-rerun"),
+              (full, "h200-r2-load-rerun")]  # fmt: skip
+    for where, name in reruns:
+        for config, levels in load_judged(where / f"{name}.json.gz", where / sglang).items():
+            for clients, level in levels.items():
+                assert level.work.outcome in (Outcome.UNCHANGED, Outcome.INCONCLUSIVE), (
+                    name, config, clients, level.message)  # fmt: skip

@@ -36,7 +36,7 @@ from pytest_specdec.measure.levels import (
     summarize_round,
     watch_gauges,
 )
-from pytest_specdec.report.load import _engine_cell
+from pytest_specdec.report.load import _engine_cell, verdict_rows
 from pytest_specdec.verdict.baselines import BaselineError, _check_document
 from pytest_specdec.verdict.crossover import crossover_of, first_fall
 from pytest_specdec.verdict.load import (
@@ -389,6 +389,49 @@ def test_a_slower_level_is_put_on_the_host_when_the_gpus_own_work_stayed(tmp_pat
     assert "the host's pace, not the kernels" in host.message
     untimed = judge_load_history(_config("spec", {16: _noisy(9, 90.0)}), baseline, POLICY)
     assert untimed.levels[16].cause == "kernel"  # no phase timed tonight: the accept length's
+
+
+def test_the_gpus_own_work_is_judged_at_each_level_with_the_sessions_as_the_unit(
+    tmp_path: Path,
+) -> None:
+    """Each level's GPU work per round (every timed phase but extend) against the stored
+    sessions' means, a prediction interval from two sessions on: 11% more verify time is
+    REGRESSED on it although throughput hardly moved (the host hid it), a slower host with the
+    same work is UNCHANGED on it, and it is a family of its own under Holm."""
+    rng = np.random.default_rng(5)
+
+    def phases(verify: float) -> dict[int, dict[str, float]]:
+        jitter = float(np.exp(rng.normal(0, 0.001)))
+        return {c: {"extend": 0.1, "target_verify": verify * jitter, "eagle_draft": 0.2}
+                for c in (1, 16)}  # fmt: skip
+
+    stored = _timed(_config("spec", {c: _noisy(c, 100.0) for c in (1, 16)}), phases(0.6))
+    baseline = _baseline_of(stored, tmp_path, sessions=0)
+    for s in range(3):
+        config = _timed(_config("spec", {c: _noisy(400 + s + c, 100.0) for c in (1, 16)}),
+                        phases(0.6))  # fmt: skip
+        baseline.sessions.append({**session_entries(_results(stored), config)[0], "id": f"s{s}"})
+    slow = _timed(_config("spec", {c: _noisy(9 + c, 99.0) for c in (1, 16)}), phases(0.6))
+    for r in slow["extra"]["load"]:
+        if r["clients"] == 16:
+            r["engine"]["phase_s"] = {**r["engine"]["phase_s"], "target_verify": 0.6 * 1.11}
+    judged = judge_load_history(slow, baseline, POLICY)
+    adjust_load([judged], POLICY)
+    work16, work1 = judged.levels[16].work, judged.levels[1].work
+    assert work16 is not None and work16.outcome == Outcome.REGRESSED
+    assert work16.ratio == pytest.approx(0.8 / (0.6 * 1.11 + 0.2), rel=0.01)
+    assert work16.method == "prediction-interval" and work16.n_ref == 3 and work16.provisional
+    assert work16.p_adjusted is not None and work16 in judged.verdicts()
+    assert work1 is not None and work1.outcome == Outcome.UNCHANGED and work1.mde < 0.01
+    assert "the GPU's own work: REGRESSED (provisional) 0.92" in judged.levels[16].message
+    doc = {"config": "spec", "load": judged.to_dict()}
+    assert verdict_rows(doc)[1][-1].startswith("REGRESSED (provisional) 0.92")
+    assert judged.to_dict()["levels"]["16"]["work"]["outcome"] == "REGRESSED"
+    one = _baseline_of(stored, tmp_path, sessions=0)
+    one.sessions.append(baseline.sessions[0])  # one stored session: no spread to judge by
+    assert judge_load_history(slow, one, POLICY).levels[16].work is None
+    untimed = judge_load_history(_config("spec", {16: _noisy(9, 99.0)}), baseline, POLICY)
+    assert untimed.levels[16].work is None and "GPU work" not in untimed.levels[16].message
 
 
 def test_failed_rounds_make_the_load_unjudgeable_and_refuse_the_baseline() -> None:

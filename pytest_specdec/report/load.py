@@ -27,7 +27,7 @@ from pytest_specdec.measure.levels import (
 LEVEL_HEADER = ["clients", "rounds", "out tok/s ±95%", "decode p50/p99", "TTFT p50/p99 ms",
                 "accept", "engine", "s"]  # fmt: skip
 VERDICT_HEADER = ["config", "clients", "verdict", "ratio [90% CI]", "p raw / Holm", "MDE (δ)",
-                  "accept Δ", "cause"]  # fmt: skip
+                  "accept Δ", "cause", "GPU work"]  # fmt: skip
 
 
 def _num(value: float | None, fmt: str = ".0f") -> str:
@@ -148,8 +148,17 @@ def verdict_rows(judgement: Mapping[str, Any]) -> list[list[str]]:
             str(v["outcome"]) + (" (provisional)" if v.get("provisional") else ""),
             _ratio(v), f"{p_raw:.3g} / {p_adj}", f"{v['mde']:.1%} ({v['delta']:.1%})",
             "-" if change is None else f"{change:+.1%}", str(lv.get("cause") or "-"),
+            _work_cell(lv.get("work")),
         ])  # fmt: skip
     return rows
+
+
+def _work_cell(work: Mapping[str, Any] | None) -> str:
+    """The level's GPU-work verdict: ``REGRESSED 0.840x (MDE 0.4%)``, ``-`` where not judged."""
+    if not work:
+        return "-"
+    tag = str(work["outcome"]) + (" (provisional)" if work.get("provisional") else "")
+    return f"{tag} {work['ratio']:.3f}x (MDE {work['mde']:.1%})"
 
 
 def crossover_lines(judgement: Mapping[str, Any]) -> list[str]:

@@ -274,7 +274,7 @@ def _verdict_table(judgements: Sequence[Mapping[str, Any]]) -> str:
             cell = badge(outcome, str(message)) + (f" {esc(rest)}" if rest else "")
             rows.append([f"<code>{esc(row[0])}</code>", esc(row[1]), cell,
                          *(esc(v) for v in row[3:])])  # fmt: skip
-    return table(VERDICT_HEADER, rows, "lrlrrrrl") if rows else ""
+    return table(VERDICT_HEADER, rows, "lrlrrrrll") if rows else ""
 
 
 def run_section(doc: Mapping[str, Any]) -> str:

@@ -82,6 +82,9 @@ def failing(j: Judgement, fail_on: Sequence[str]) -> list[tuple[Verdict, str]]:
     for lv in j.load.levels.values() if j.load is not None else ():
         if lv.verdict is not None and lv.verdict.outcome.value in wanted(fail_on, "load"):
             out.append((lv.verdict, f"{j.config} at {lv.message}"))
+        if lv.work is not None and lv.work.outcome.value in wanted(fail_on, "load"):
+            out.append((lv.work, f"{j.config} at {lv.clients} clients: the GPU's own work per "
+                                 f"round: {lv.work.explanation}"))  # fmt: skip
     return out
 
 

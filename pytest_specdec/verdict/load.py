@@ -9,6 +9,9 @@ suite score (compare.attribute), so that a kernel that slows only large batches 
 drafter that got worse. Where the engine times its forward phases on the GPU, a change of the
 steps' pace is split once more: the GPU's own work per round against the round's wall time, so
 that slower kernels are told from a host that prepared batches and scheduled forwards slower.
+The GPU's own work per round is also judged on its own at each level (``work``): on an H200 it
+repeated within 0.04-0.9% from boot to boot where throughput spread up to 4.5% with the host's
+pace, so it finds a slower kernel under load that the throughput verdict cannot resolve.
 
 The *speedup curve* of a speculative config is its throughput over a plain config's (the
 reference, or a config without speculation measured in the same run) at each level, with its
@@ -29,7 +32,13 @@ from pytest_specdec.verdict.baselines import Baseline
 from pytest_specdec.verdict.compare import attribute, history_verdict, session_verdict
 from pytest_specdec.verdict.crossover import Crossover, crossover_of
 from pytest_specdec.verdict.sessions import level_accept, level_sessions, round_errors
-from pytest_specdec.verdict.stats import Verdict, VerdictPolicy, adjust_verdicts
+from pytest_specdec.verdict.stats import (
+    SessionSummary,
+    Verdict,
+    VerdictPolicy,
+    adjust_verdicts,
+    against_history_sessions,
+)
 
 # SGLang's device timer counts a prefill forward in CUDA graphs from before its batch is loaded
 # on the host (SGLang 0.5.17's model_runner: "it also includes load_batch time"), so `extend`
@@ -38,6 +47,9 @@ HOST_PACED_PHASES = frozenset({"extend"})
 # Below this share of a decided change in a round's wall time, the GPU's own work did not
 # cause it: the host's pace did.
 KERNEL_SHARE = 1 / 3
+# Stored sessions with phase times a level's GPU-work verdict needs: it is a prediction interval
+# on the sessions' means from two on (few sessions widen it; none is pooled over runs).
+MIN_WORK_HISTORY = 2
 
 JUDGED = "judged"
 NO_DATA = "no-data"
@@ -59,6 +71,9 @@ class LevelJudgement:
     # name -> new, reference, change
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
     round_wall_s: float | None = None  # tonight's mean wall time of a measured round
+    # The GPU's own work per round judged on its own, as a rate (rounds per GPU-second of every
+    # phase but the host-paced ones): below 1 the kernels took longer. None: not timed.
+    work: Verdict | None = None
 
     def explain(self) -> LevelJudgement:
         if self.verdict is not None:
@@ -70,6 +85,8 @@ class LevelJudgement:
             tail = f"; {self.cause_text}" if self.cause_text else ""
             if self.phases:
                 tail += f"; GPU time per round by phase: {phase_text(self.phases)}"
+            if self.work is not None:
+                tail += f"; the GPU's own work: {work_text(self.work)}"
             who = f"{self.clients} client{'s' * (self.clients != 1)}"
             self.message = f"{who}: {self.verdict.explanation}{tail}"
         return self
@@ -84,7 +101,14 @@ class LevelJudgement:
             "cause": self.cause,
             "cause_text": self.cause_text,
             "phases": self.phases,
+            "work": self.work.to_dict() if self.work else None,
         }
+
+
+def work_text(v: Verdict) -> str:
+    """``REGRESSED 0.863x [0.857, 0.869], MDE 0.4%``: a GPU-work verdict in a level's line."""
+    tag = v.outcome.value + (" (provisional)" if v.provisional else "")
+    return f"{tag} {v.ratio:.3f}x [{v.ci_low:.3f}, {v.ci_high:.3f}], MDE {v.mde:.1%}"
 
 
 @dataclass
@@ -101,7 +125,9 @@ class LoadJudgement:
     notes: list[str] = field(default_factory=list)
 
     def verdicts(self) -> list[Verdict]:
-        return [lv.verdict for lv in self.levels.values() if lv.verdict is not None]
+        """Every level's verdicts: on throughput, and on the GPU's own work where judged."""
+        out = [lv.verdict for lv in self.levels.values() if lv.verdict is not None]
+        return out + [lv.work for lv in self.levels.values() if lv.work is not None]
 
     def outcomes(self) -> str:
         """``REGRESSED at 16, 64; UNCHANGED at 1, 4``: the levels grouped by outcome."""
@@ -213,6 +239,33 @@ def host_or_kernel(
     )
 
 
+def gpu_work_s(phase_s: Mapping[str, Any]) -> float | None:
+    """GPU seconds of a round's own work: every timed phase but ``HOST_PACED_PHASES``."""
+    work = [float(v) for k, v in phase_s.items() if k not in HOST_PACED_PHASES]
+    return sum(work) if work and sum(work) > 0 else None
+
+
+def work_verdict(
+    rounds: Sequence[Any], cells: Sequence[Mapping[str, Any]], policy: VerdictPolicy
+) -> Verdict | None:
+    """Tonight's rounds' GPU work (as a rate, per server session) against the stored sessions'
+    mean GPU work per round at this level: a prediction interval on session means (calibrated
+    from ``MIN_WORK_HISTORY`` sessions; provisional below ``policy.min_history``, as any
+    level verdict). None where either side has no phase times."""
+    tonight: dict[int, list[float]] = {}
+    for r in rounds:
+        work = gpu_work_s(r.engine.get("phase_s") or {}) if r.ok and not r.warmup else None
+        if work:
+            tonight.setdefault(r.session, []).append(1.0 / work)
+    stored = [w for c in cells if (w := gpu_work_s(c.get("phase_s") or {}))]
+    if not tonight or len(stored) < MIN_WORK_HISTORY:
+        return None
+    new = [SessionSummary.from_values(v) for v in tonight.values()]
+    history = [SessionSummary(1, -math.log(w), 0.0) for w in stored]
+    verdict = against_history_sessions(new, history, replace(policy, min_history=MIN_WORK_HISTORY))
+    return replace(verdict, provisional=len(stored) < policy.min_history)
+
+
 def phase_text(phases: Mapping[str, Mapping[str, float]]) -> str:
     """``extend +139.7% (0.474 -> 1.136 s), target_verify +0.0% (...)``: the phase whose
     seconds moved most first, so the phase where the time went leads (a short phase that
@@ -266,6 +319,7 @@ def judge_load_history(
         out.levels[clients] = LevelJudgement(
             clients, verdict, "", accept, phases=phases,
             round_wall_s=statistics.fmean(walls) if walls else None,
+            work=work_verdict(rounds, baseline.level_cells(clients), policy),
         ).explain()  # fmt: skip
     if not out.levels:
         out.status, out.message = NO_DATA, "; ".join(out.notes) or "no level to judge"
@@ -348,12 +402,18 @@ def plain_config(results: Mapping[str, Any], config: Mapping[str, Any]) -> Mappi
 
 
 def adjust_load(judgements: Sequence[LoadJudgement], policy: VerdictPolicy) -> None:
-    """Holm across every level verdict of the run (one family, whatever the config), in
-    place."""
+    """Holm across every level verdict of the run (one family, whatever the config), and
+    across every level's GPU-work verdict (another), in place."""
     levels = [lv for j in judgements for lv in j.levels.values() if lv.verdict is not None]
     adjusted = adjust_verdicts([lv.verdict for lv in levels if lv.verdict], policy)
     for lv, verdict in zip(levels, adjusted, strict=True):
         lv.verdict = verdict
+    worked = [lv for j in judgements for lv in j.levels.values() if lv.work is not None]
+    # the GPU-work verdicts are a family of their own, as the acceptance verdicts are
+    for lv, work in zip(worked, adjust_verdicts([lv.work for lv in worked if lv.work], policy),
+                        strict=True):  # fmt: skip
+        lv.work = work
+    for lv in levels:
         lv.explain()
     for j in judgements:
         j.explain()
