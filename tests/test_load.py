@@ -36,9 +36,12 @@ from pytest_specdec.measure.levels import (
     summarize_round,
     watch_gauges,
 )
+from pytest_specdec.report.export import load_properties
 from pytest_specdec.report.load import _engine_cell, verdict_rows
 from pytest_specdec.verdict.baselines import BaselineError, _check_document
 from pytest_specdec.verdict.crossover import crossover_of, first_fall
+from pytest_specdec.verdict.gate import failing
+from pytest_specdec.verdict.judge import Judgement
 from pytest_specdec.verdict.load import (
     JUDGED,
     UNJUDGEABLE,
@@ -427,6 +430,12 @@ def test_the_gpus_own_work_is_judged_at_each_level_with_the_sessions_as_the_unit
     doc = {"config": "spec", "load": judged.to_dict()}
     assert verdict_rows(doc)[1][-1].startswith("REGRESSED (provisional) 0.92")
     assert judged.to_dict()["levels"]["16"]["work"]["outcome"] == "REGRESSED"
+    whole = Judgement("spec", "judged", "", "baseline", load=judged)
+    props = dict(load_properties(whole))  # the JUnit properties of the level verdict test
+    assert props["specdec_load_c16_work_verdict"] == "REGRESSED"
+    assert props["specdec_load_c1_work_verdict"] == "UNCHANGED"
+    found = [message for _, message in failing(whole, ["regressed"])]
+    assert any("spec at 16 clients: the GPU's own work per round: REGRESSED" in m for m in found)
     one = _baseline_of(stored, tmp_path, sessions=0)
     one.sessions.append(baseline.sessions[0])  # one stored session: no spread to judge by
     assert judge_load_history(slow, one, POLICY).levels[16].work is None

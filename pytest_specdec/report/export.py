@@ -318,7 +318,8 @@ def verdict_properties(judgement: Judgement) -> list[tuple[str, str]]:
 
 def load_properties(judgement: Judgement) -> list[tuple[str, str]]:
     """``(name, value)`` pairs of a config's load-level verdict test: per level its outcome,
-    ratio and MDE, and the crossover of its speedup curve."""
+    ratio and MDE (and those of its GPU-work verdict where judged), and the crossover of its
+    speedup curve."""
     load = judgement.load
     if load is None:
         return []
@@ -330,5 +331,11 @@ def load_properties(judgement: Judgement) -> list[tuple[str, str]]:
             (f"specdec_load_c{clients}_ratio", _text(v.ratio, ".4f") if v else NULL),
             (f"specdec_load_c{clients}_mde", _text(v.mde, ".4f") if v else NULL),
         ]
+        if lv.work is not None:  # the GPU's own work per round, where the engine timed it
+            out += [
+                (f"specdec_load_c{clients}_work_verdict", lv.work.outcome.value),
+                (f"specdec_load_c{clients}_work_ratio", _text(lv.work.ratio, ".4f")),
+                (f"specdec_load_c{clients}_work_mde", _text(lv.work.mde, ".4f")),
+            ]
     out.append(("specdec_crossover", load.crossover.text if load.crossover else NULL))
     return out
