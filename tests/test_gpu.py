@@ -31,11 +31,11 @@ from pytest_specdec.gpu.nvml import (
     fingerprints,
     parse_cuda_visible_devices,
     parse_gpu_list,
-    pci_locality,
     port_range,
     probe,
     xdist_worker_index,
 )
+from pytest_specdec.gpu.pci import pci_locality
 from pytest_specdec.gpu.readings import REASON_NAMES, Sample, decode_reasons
 from pytest_specdec.gpu.telemetry import (
     RunTelemetry,

@@ -1,9 +1,10 @@
 """NVML access, GPU identity and GPU selection.
 
-This is the base of the GPU modules; it imports only the standard library and loads
-``pynvml`` (distribution ``nvidia-ml-py``) lazily, so the plugin works on machines
-without a GPU. The rest of the GPU story lives next to it:
+This is the base of the GPU modules; it imports only the standard library (and ``pci``, which
+reads sysfs) and loads ``pynvml`` (distribution ``nvidia-ml-py``) lazily, so the plugin works on
+machines without a GPU. The rest of the GPU story lives next to it:
 
+- ``pci``: where a GPU sits for the host's CPUs (NUMA node, local CPUs);
 - ``readings``: one NVML sample of a device;
 - ``telemetry``: the background sampler and the per-run telemetry summary;
 - ``hygiene``: invalidation rules, the cooldown gate and the optional clock lock;
@@ -21,8 +22,9 @@ import importlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
+
+from pytest_specdec.gpu.pci import pci_locality
 
 __all__ = [
     "LOCKED_SM_CLOCKS",
@@ -228,30 +230,6 @@ class GpuFingerprint:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-SYS = Path("/sys")
-
-
-def pci_locality(bus_id: str, sys_root: Path = SYS) -> tuple[int | None, str | None]:
-    """The NUMA node and local CPU list of the PCI device NVML names ``bus_id``
-    (``00000000:18:00.0``; sysfs names it ``0000:18:00.0``). A node of -1 (the platform did not
-    say) and anything unreadable are None."""
-    domain, _, rest = bus_id.strip().lower().partition(":")
-    device = sys_root / "bus" / "pci" / "devices" / f"{domain[-4:]}:{rest}"
-
-    def read(name: str) -> str | None:
-        try:
-            return (device / name).read_text().strip() or None
-        except (OSError, UnicodeDecodeError):
-            return None
-
-    node_text = read("numa_node")
-    try:
-        node = int(node_text) if node_text is not None else None
-    except ValueError:
-        node = None
-    return (node if node is not None and node >= 0 else None), read("local_cpulist")
 
 
 def _try(nvml: Any, name: str, *args: Any) -> Any | None:
