@@ -4,7 +4,7 @@ no forward at all (its wall time less those seconds: the host's part), the GPU's
 (NVML), the host's stolen share and the CPU the engine's busiest thread was on (``engine.host``),
 beside the round's throughput.
 
-    python bench/load_phases.py RESULTS.json[.gz] [--clients 4 --clients 16]
+    python bench/load_phases.py RESULTS.json[.gz] [RERUN.json[.gz] ...] [--clients 4 --clients 16]
 
 Per config and level, one row per boot (server session): the mean over its measured rounds.
 Then, over every measured round of the level, each phase's spread between boots (the largest
@@ -21,6 +21,7 @@ import argparse
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from pytest_specdec.measure.levels import (
     phase_means,
     rounds_of,
 )
+from pytest_specdec.verdict.load import HOST_PACED_PHASES, gpu_work_s
 from pytest_specdec.verdict.planning import history_mde
 from pytest_specdec.verdict.stats import SessionSummary
 
@@ -111,6 +113,20 @@ def phase_lines(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str
     return out
 
 
+def _spread_line(
+    label: str, means: Sequence[float], unit: str, fmt: str, stored: Sequence[int], nightly: int
+) -> str | None:
+    """``  {label} a / b / c {unit}: sd of their logs x%; one boot's MDE against ...`` from the
+    boots' log means."""
+    if len(means) < 2:
+        return None
+    sd = statistics.stdev(means)
+    mdes = ", ".join(f"{k} stored {history_mde(sd, k, nightly):.1%}" for k in stored)
+    boots = " / ".join(format(math.exp(m), fmt) for m in means)
+    night = "one boot's" if nightly == 1 else f"{nightly} boots'"
+    return f"  {label} {boots} {unit}: sd of their logs {sd:.2%}; {night} MDE against {mdes}"
+
+
 def boot_spread(
     rounds: Sequence[RoundResult], stored: Sequence[int], nightly: int = 1
 ) -> str | None:
@@ -123,13 +139,39 @@ def boot_spread(
         ).mean_log
         for s in sessions
     ]
-    if len(means) < 2:
-        return None
-    sd = statistics.stdev(means)
-    mdes = ", ".join(f"{k} stored {history_mde(sd, k, nightly):.1%}" for k in stored)
-    boots = " / ".join(f"{math.exp(m):.0f}" for m in means)
-    night = "one boot's" if nightly == 1 else f"{nightly} boots'"
-    return f"  boots {boots} tok/s: sd of their logs {sd:.2%}; {night} MDE against {mdes}"
+    return _spread_line("boots", means, "tok/s", ".0f", stored, nightly)
+
+
+def work_spread(
+    rounds: Sequence[RoundResult], stored: Sequence[int], nightly: int = 1
+) -> str | None:
+    """The same for the GPU's own work per round (every timed phase but the host-paced ones),
+    what a level's GPU-work verdict judges; None without phase times."""
+    means = []
+    for session in sorted({r.session for r in rounds}):
+        work = [w for r in rounds if r.session == session
+                if (w := gpu_work_s(r.engine.get("phase_s") or {}))]  # fmt: skip
+        if work:
+            means.append(statistics.fmean(math.log(w) for w in work))
+    but = ", ".join(sorted(HOST_PACED_PHASES))
+    return _spread_line(f"GPU work (all phases but {but}) per round:", means, "s", ".3f",
+                        stored, nightly)  # fmt: skip
+
+
+def gathered(paths: Sequence[Path]) -> dict[str, dict[int, list[RoundResult]]]:
+    """Each config's measured rounds per level over several results files of the same configs
+    (a run and its reruns), boots numbered on in file order."""
+    out: dict[str, dict[int, list[RoundResult]]] = {}
+    offsets: dict[str, int] = {}
+    for path in paths:
+        for cfg in load_results(path)["configs"]:
+            name, offset, last = cfg["name"], offsets.get(cfg["name"], 0), 0
+            for clients in levels_of(cfg):
+                rounds = [replace(r, session=r.session + offset) for r in measured(cfg, clients)]
+                out.setdefault(name, {}).setdefault(clients, []).extend(rounds)
+                last = max([last] + [r.session for r in rounds])
+            offsets[name] = max(offset, last)
+    return out
 
 
 def stalled(
@@ -174,7 +216,8 @@ def stall_lines(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("results", type=Path)
+    parser.add_argument("results", type=Path, nargs="+",
+                        help="results files of the same configs: a run and its reruns")  # fmt: skip
     parser.add_argument("--clients", type=int, action="append", default=None)
     parser.add_argument(
         "--stored",
@@ -187,22 +230,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--nightly", type=int, default=1, help="boots a night M for the MDE line (default 1)"
     )
     args = parser.parse_args(argv)
-    doc = load_results(args.results)
-    for cfg in doc["configs"]:
-        for clients in args.clients or levels_of(cfg):
-            rounds = measured(cfg, clients)
+    for name, levels in gathered(args.results).items():
+        for clients in args.clients or sorted(levels):
+            rounds = levels.get(clients) or []
             if not rounds:
                 continue
             names = sorted({k for r in rounds for k in phases_of(r)})
-            print(f"\n{cfg['name']} at {clients} clients")
+            print(f"\n{name} at {clients} clients")
             print("| boot | rounds | out tok/s | GPU busy % | steal | busiest on CPU | "
                   "no forward s | " + " | ".join(f"{n} s" for n in names) + " |")  # fmt: skip
             print("|" + "---:|" * (7 + len(names)))
             print("\n".join(boot_rows(rounds, names)))
             print("\n".join(phase_lines(rounds, names)))
-            spread = boot_spread(rounds, args.stored, args.nightly)
-            if spread:
-                print(spread)
+            for spread in (boot_spread(rounds, args.stored, args.nightly),
+                           work_spread(rounds, args.stored, args.nightly)):  # fmt: skip
+                if spread:
+                    print(spread)
             print("\n".join(stall_lines(rounds, args.stored, args.nightly)))
     return 0
 
