@@ -156,11 +156,12 @@ def _shares(before: Ticks, after: Ticks) -> dict[str, float] | None:
 BUSY_THREAD_CPUS = 0.1  # a thread that ran this many CPUs' worth of a window is placed
 
 
-def _thread_run(before: ProcessTimes | None, after: ProcessTimes, tid: int) -> int:
-    """ns one thread ran between two readings (a new or reused thread id: from 0)."""
+def _thread_spent(before: ProcessTimes | None, after: ProcessTimes, tid: int) -> tuple[int, int]:
+    """ns one thread ran and waited between two readings (a new thread in full; a thread id
+    whose counters went back is a new thread)."""
     r1, w1 = after.threads[tid]
     r0, w0 = (before.threads.get(tid) if before else None) or (0, 0)
-    return r1 if r1 < r0 or w1 < w0 else r1 - r0
+    return (r1, w1) if r1 < r0 or w1 < w0 else (r1 - r0, w1 - w0)
 
 
 def placement(
@@ -171,22 +172,16 @@ def placement(
     out = []
     for pid, times in after.items():
         for tid in times.threads:
-            ran = _thread_run(before.get(pid), times, tid) / wall_ns
+            ran = _thread_spent(before.get(pid), times, tid)[0] / wall_ns
             if ran >= BUSY_THREAD_CPUS and tid in times.last_cpu:
                 out.append({"name": times.name, "cpu": times.last_cpu[tid], "cpus": ran})
     return sorted(out, key=lambda t: -t["cpus"])
 
 
 def _spent(before: ProcessTimes | None, after: ProcessTimes) -> tuple[int, int]:
-    """ns on a CPU and ns waiting between two readings of one process, thread by thread (a
-    new thread in full; a thread id whose counters went back is a new thread)."""
-    run = wait = 0
-    for tid, (r1, w1) in after.threads.items():
-        r0, w0 = (before.threads.get(tid) if before else None) or (0, 0)
-        if r1 < r0 or w1 < w0:
-            r0 = w0 = 0
-        run, wait = run + r1 - r0, wait + w1 - w0
-    return run, wait
+    """ns on a CPU and ns waiting between two readings of one process, thread by thread."""
+    spent = [_thread_spent(before, after, tid) for tid in after.threads]
+    return sum(r for r, _ in spent), sum(w for _, w in spent)
 
 
 def host_facts(before: HostSnapshot, after: HostSnapshot) -> dict[str, Any]:

@@ -52,6 +52,11 @@ def history_verdict(
 ACCEPT_TOLERANCE = 0.02  # accept lengths within ±2% count as unchanged
 
 
+def factor_facts(ratio: float, accept_ratio: float) -> str:
+    """``accept length +0.0%, verify steps/s -6.1%``: a tok/s ratio split into its two factors."""
+    return f"accept length {accept_ratio - 1:+.1%}, verify steps/s {ratio / accept_ratio - 1:+.1%}"
+
+
 def attribute(
     verdict: Verdict, accept: Mapping[str, Mapping[str, float | None]]
 ) -> tuple[str | None, str | None]:
@@ -80,7 +85,7 @@ def attribute(
     accept_ratio = math.exp(statistics.fmean(math.log(n / r) for n, r in both))
     step = verdict.ratio / accept_ratio
     moved = verdict.outcome.value in ("REGRESSED", "IMPROVED")
-    facts = f"accept length {accept_ratio - 1:+.1%}, verify steps/s {step - 1:+.1%}"
+    facts = factor_facts(verdict.ratio, accept_ratio)
     if abs(accept_ratio - 1) < ACCEPT_TOLERANCE:
         if not moved:
             return None, f"accept length unchanged ({facts})"

@@ -29,7 +29,12 @@ from typing import Any
 from pytest_specdec.core.configs import is_speculative
 from pytest_specdec.measure.levels import levels_of, phase_means, rounds_of
 from pytest_specdec.verdict.baselines import Baseline
-from pytest_specdec.verdict.compare import attribute, history_verdict, session_verdict
+from pytest_specdec.verdict.compare import (
+    attribute,
+    factor_facts,
+    history_verdict,
+    session_verdict,
+)
 from pytest_specdec.verdict.crossover import Crossover, crossover_of
 from pytest_specdec.verdict.sessions import level_accept, level_sessions, round_errors
 from pytest_specdec.verdict.stats import (
@@ -231,8 +236,7 @@ def host_or_kernel(
         return cause, f"{text}; {facts}" if text else facts
     steps = ""
     if accept_change is not None and accept_change > -1:
-        steps = (f"accept length {accept_change:+.1%}, verify steps/s "
-                 f"{verdict.ratio / (1 + accept_change) - 1:+.1%}; ")  # fmt: skip
+        steps = f"{factor_facts(verdict.ratio, 1 + accept_change)}; "
     return "host", (
         f"cause: host side: {steps}{facts}: the time went to preparing batches and between "
         "forwards, the host's pace, not the kernels"
@@ -241,8 +245,8 @@ def host_or_kernel(
 
 def gpu_work_s(phase_s: Mapping[str, Any]) -> float | None:
     """GPU seconds of a round's own work: every timed phase but ``HOST_PACED_PHASES``."""
-    work = [float(v) for k, v in phase_s.items() if k not in HOST_PACED_PHASES]
-    return sum(work) if work and sum(work) > 0 else None
+    total = sum(float(v) for k, v in phase_s.items() if k not in HOST_PACED_PHASES)
+    return total if total > 0 else None
 
 
 def work_verdict(
@@ -304,7 +308,8 @@ def judge_load_history(
             out.notes.append(f"{clients} clients: no usable round")
             continue
         raw = [v for s in baseline.level_sessions(clients) for v in s]
-        stored = [c.get("accept_length") for c in baseline.level_cells(clients)]
+        cells = baseline.level_cells(clients)
+        stored = [c.get("accept_length") for c in cells]
         accepts = [float(a) for a in stored if a]
         verdict = history_verdict(new, history, raw, policy)
         accept = _accept_change(
@@ -313,13 +318,13 @@ def judge_load_history(
         rounds = rounds_of(config, clients)
         phases = phase_changes(
             phase_means(rounds),
-            [c["phase_s"] for c in baseline.level_cells(clients) if c.get("phase_s")],
+            [c["phase_s"] for c in cells if c.get("phase_s")],
         )
         walls = [r.wall_s for r in rounds if r.ok and not r.warmup and r.wall_s > 0]
         out.levels[clients] = LevelJudgement(
             clients, verdict, "", accept, phases=phases,
             round_wall_s=statistics.fmean(walls) if walls else None,
-            work=work_verdict(rounds, baseline.level_cells(clients), policy),
+            work=work_verdict(rounds, cells, policy),
         ).explain()  # fmt: skip
     if not out.levels:
         out.status, out.message = NO_DATA, "; ".join(out.notes) or "no level to judge"
