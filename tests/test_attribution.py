@@ -302,3 +302,68 @@ def test_h200_load_gpu_work_finds_the_slowdown_and_flags_no_rerun() -> None:
             for clients, level in levels.items():
                 assert level.work.outcome in (Outcome.UNCHANGED, Outcome.INCONCLUSIVE), (
                     name, config, clients, level.message)  # fmt: skip
+
+
+CURVES = RUNS / "load-curves"  # the four configs' curves, one boot each, stored
+
+
+def test_h200_load_curves_of_the_four_configs() -> None:
+    """SGLang 0.5.17 on an H200 (docs/gpu-run.md, "A thirteenth H200"): each speculative config
+    A/B against `baseline` at 1, 4, 16 and 64 clients. `standalone-d16` and `dflash-b16` (the
+    distilled drafter) pay up to 16 clients and stop paying at about 47.8 and 19.4 clients;
+    `eagle3` (a head from a seed, accept 1.01) pays at no level."""
+    from pytest_specdec.core.results import load_results
+    from pytest_specdec.verdict.load import adjust_load, judge_load_reference
+
+    doc, policy = load_results(CURVES / "h200-load.json.gz"), VerdictPolicy()
+    by_name = {c["name"]: c for c in doc["configs"]}
+    judged = {
+        name: judge_load_reference(by_name[name], by_name["baseline"], policy)
+        for name in ("standalone-d16", "dflash-b16", "eagle3")
+    }
+    adjust_load(list(judged.values()), policy)
+    crossings = {}
+    for name, load in judged.items():
+        assert load.crossover is not None, name
+        crossings[name] = (load.crossover.where, load.crossover.estimate)
+    assert crossings["standalone-d16"][0] == "at"
+    assert crossings["standalone-d16"][1] == pytest.approx(47.8, abs=0.1)
+    assert crossings["dflash-b16"][0] == "at"
+    assert crossings["dflash-b16"][1] == pytest.approx(19.4, abs=0.1)
+    assert crossings["eagle3"] == ("below", None)
+    dflash = judged["dflash-b16"].levels
+    assert dflash[1].verdict.ratio == pytest.approx(1.914, abs=0.002)
+    assert dflash[64].verdict.outcome == Outcome.REGRESSED
+
+
+def test_h200_fifth_load_boot_against_the_four_stored_before_it() -> None:
+    """The same run's `baseline` and `standalone-d16` boots judged against the four boots stored
+    before them (provisional: fewer than five). Throughput flags `baseline` at 16 clients
+    (0.960x), and its cause reads host; the GPU's own work per round flags no level."""
+    from pytest_specdec.core.results import load_results
+    from pytest_specdec.verdict.baselines import load_baseline
+    from pytest_specdec.verdict.load import adjust_load, judge_load_history
+
+    doc, policy = load_results(CURVES / "h200-load.json.gz"), VerdictPolicy()
+    stored = CURVES / "baselines" / "gpu-nvidia-h200-x1" / "sglang"
+    judged = {}
+    for config in doc["configs"]:
+        if config["name"] not in ("baseline", "standalone-d16"):
+            continue
+        baseline = load_baseline(stored / f"{config['name']}--mb-smollm2-7-4b-s0-1-seed1-hf.json")
+        assert baseline is not None and len(baseline.sessions) == 5
+        before = replace(baseline, sessions=baseline.sessions[:4])
+        judged[config["name"]] = judge_load_history(config, before, policy)
+    adjust_load(list(judged.values()), policy)
+    flagged = {
+        (name, clients): (level.verdict.outcome, level.cause)
+        for name, load in judged.items()
+        for clients, level in load.levels.items()
+        if level.verdict.outcome in (Outcome.REGRESSED, Outcome.IMPROVED)
+    }
+    assert flagged == {("baseline", 16): (Outcome.REGRESSED, "host")}
+    for name, load in judged.items():
+        for clients, level in load.levels.items():
+            assert level.verdict.provisional
+            assert level.work is not None
+            assert level.work.outcome in (Outcome.UNCHANGED, Outcome.INCONCLUSIVE), (name, clients)
