@@ -12,7 +12,9 @@ boot mean over the smallest) and its correlation with the round's throughput: th
 time moves with the throughput while the others stay put is where the boots differ. Last, the
 boots' spread and the MDE a night of M boots (``--nightly``, default 1) would have against K
 stored boots (``--stored``), and the rounds in which the engine answered a metrics read late
-(its HTTP server's process stood still), with the spread the boots would have without them.
+(its HTTP server's process stood still), with the spread the boots would have without them;
+and the rounds in which the hypervisor stole more than ``--steal-over`` of the machine's CPU
+time, with the spread without those.
 """
 
 from __future__ import annotations
@@ -214,6 +216,28 @@ def stall_lines(
     return out
 
 
+def stolen(rounds: Sequence[RoundResult], over: float) -> list[RoundResult]:
+    """Rounds in which the hypervisor stole more than ``over`` of the machine's CPU time."""
+    return [r for r in rounds if float((r.engine.get("host") or {}).get("steal") or 0.0) > over]
+
+
+def steal_lines(
+    rounds: Sequence[RoundResult], over: float, stored: Sequence[int], nightly: int = 1
+) -> list[str]:
+    """How many rounds of which boots lost more than ``over`` to the hypervisor, and the boots'
+    spread without those rounds: whether the steal the guest sees accounts for the spread."""
+    hit = stolen(rounds, over)
+    if not hit:
+        return []
+    boots = sorted({r.session for r in hit})
+    out = [f"  stolen over {over:.2%}: {len(hit)} of {len(rounds)} rounds, in boot(s) "
+           f"{', '.join(map(str, boots))}"]  # fmt: skip
+    spread = boot_spread([r for r in rounds if r not in hit], stored, nightly)
+    if spread:
+        out.append("  without those rounds:" + spread.removeprefix(" "))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("results", type=Path, nargs="+",
@@ -228,6 +252,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--nightly", type=int, default=1, help="boots a night M for the MDE line (default 1)"
+    )
+    parser.add_argument(
+        "--steal-over",
+        type=float,
+        default=0.001,
+        help="a round whose stolen share of the machine's CPU time exceeds this is counted, and "
+        "the boots' spread shown without such rounds (default 0.001: 0.1%%)",
     )
     args = parser.parse_args(argv)
     for name, levels in gathered(args.results).items():
@@ -247,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if spread:
                     print(spread)
             print("\n".join(stall_lines(rounds, args.stored, args.nightly)))
+            print("\n".join(steal_lines(rounds, args.steal_over, args.stored, args.nightly)))
     return 0
 
 
