@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import threading
 from pathlib import Path
@@ -114,6 +115,26 @@ def test_sessions_are_appended_one_entry_each(tmp_path: Path) -> None:
     assert stored is not None and [s["session"] for s in stored.sessions] == [1, 2, 3]
     update_baseline(doc, doc["configs"][0], tmp_path)  # the same sessions again: no duplicates
     assert len(load_baseline(stored.path).sessions) == 3  # type: ignore[union-attr]
+
+
+def test_an_updated_baseline_keeps_its_permissions_and_a_new_one_follows_the_umask(
+    tmp_path: Path,
+) -> None:
+    """The store writes a temp file and renames it over the baseline: the file must not come
+    out private (mkstemp's 0600) where a team's runners and people share the folder."""
+    doc = results_doc({"base": {"code": 100, "prose": 80}})
+    old = os.umask(0o027)
+    try:
+        update_baseline(doc, doc["configs"][0], tmp_path)
+    finally:
+        os.umask(old)
+    path = baseline_path(tmp_path, key_for(doc, doc["configs"][0]))
+    assert path.stat().st_mode & 0o777 == 0o640
+    path.chmod(0o664)
+    night = results_doc({"base": {"code": 100, "prose": 80}}, started="2026-11-30T00:00:00+00:00")
+    update_baseline(night, night["configs"][0], tmp_path)
+    assert path.stat().st_mode & 0o777 == 0o664
+    assert len(load_baseline(path).sessions) == 2  # type: ignore[union-attr]
 
 
 def test_key_mismatch_is_refused_naming_fields(tmp_path: Path) -> None:

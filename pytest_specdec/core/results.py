@@ -191,11 +191,38 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _umask() -> int:
+    """The process's umask, read from /proc where it is (setting it to read it back would
+    change it for a moment under the plugin's other threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def replaced_mode(path: Path) -> int:
+    """The permissions a file written in place of ``path`` gets: those of the file it replaces,
+    else what ``open()`` would give a new one (0666 less the umask). A temp file from mkstemp
+    is private (0600), and renamed over a baseline or a report it would lock others out."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON to a temp file in the same folder, fsync, then rename over ``path``."""
+    """Write JSON to a temp file in the same folder, fsync, then rename over ``path``, with
+    the permissions of the file it replaces (or a new file's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = replaced_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(_clean(data), fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")

@@ -25,6 +25,7 @@ from typing import Any
 
 from scipy import stats as sps
 
+from pytest_specdec.core.results import replaced_mode
 from pytest_specdec.report.export import hardware_label, prompt_names, records
 from pytest_specdec.report.markdown import excluded
 from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
@@ -69,11 +70,12 @@ def _figure(width: float, height: float) -> Any:
 def _save(fig: Any, path: Path) -> Path:
     """Write the PNG atomically (temp file in the same folder, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = replaced_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", metadata={"Software": "pytest-specdec"})
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a chart is an artefact to share
+        os.chmod(tmp, mode)  # mkstemp makes it private; a chart is an artefact to share
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
