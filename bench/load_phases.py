@@ -129,19 +129,56 @@ def _spread_line(
     return f"  {label} {boots} {unit}: sd of their logs {sd:.2%}; {night} MDE against {mdes}"
 
 
+def boot_means(rounds: Sequence[RoundResult]) -> list[float]:
+    """Each boot's level mean of the rounds' throughput, in logs (as a stored session holds it)."""
+    return [
+        SessionSummary.from_values(
+            [float(r.output_tok_per_s or 0) for r in rounds if r.session == s]
+        ).mean_log
+        for s in sorted({r.session for r in rounds})
+    ]
+
+
 def boot_spread(
     rounds: Sequence[RoundResult], stored: Sequence[int], nightly: int = 1
 ) -> str | None:
     """The spread of the boots' level means (sd of their logs, as the prediction interval
     reads it) and the MDE a night of ``nightly`` boots would have against that many stored."""
-    sessions = sorted({r.session for r in rounds})
-    means = [
-        SessionSummary.from_values(
-            [float(r.output_tok_per_s or 0) for r in rounds if r.session == s]
-        ).mean_log
-        for s in sessions
-    ]
-    return _spread_line("boots", means, "tok/s", ".0f", stored, nightly)
+    return _spread_line("boots", boot_means(rounds), "tok/s", ".0f", stored, nightly)
+
+
+def plan_line(
+    rounds: Sequence[RoundResult], stored: Sequence[int], target: float, most: int,
+    boot_min: float | None,
+) -> str | None:  # fmt: skip
+    """The fewest boots a night (up to ``most``) whose throughput MDE against each number of
+    stored boots reaches ``target``, at the boots' spread, with what a night of them costs
+    (``boot_min``: GPU-minutes a boot, from the runs' records)."""
+    means = boot_means(rounds)
+    if len(means) < 2:
+        return None
+    sd = statistics.stdev(means)
+    parts = []
+    for k in stored:
+        m = next((m for m in range(1, most + 1) if history_mde(sd, k, m) <= target), None)
+        if m is None:
+            parts.append(f"more than {most} boots a night against {k} stored")
+            continue
+        cost = f", {m * boot_min:.1f} GPU-min" if boot_min else ""
+        parts.append(f"{m} boot(s) a night against {k} stored ({history_mde(sd, k, m):.1%}{cost})")
+    return f"  throughput MDE {target:.0%} or less: " + "; ".join(parts)
+
+
+def boot_minutes(paths: Sequence[Path]) -> dict[str, float]:
+    """Each config's GPU-minutes per server session (the median over the runs' sessions: boot,
+    warm-up, every level, stop), from the cost each results file records."""
+    spent: dict[str, list[float]] = {}
+    for path in paths:
+        for cfg in load_results(path)["configs"]:
+            for cost in (cfg.get("extra") or {}).get("cost") or []:
+                if cost.get("total_s") is not None:
+                    spent.setdefault(cfg["name"], []).append(float(cost["total_s"]) / 60)
+    return {name: statistics.median(v) for name, v in spent.items()}
 
 
 def work_spread(
@@ -254,6 +291,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--nightly", type=int, default=1, help="boots a night M for the MDE line (default 1)"
     )
     parser.add_argument(
+        "--target",
+        type=float,
+        default=0.05,
+        help="the throughput MDE a night should reach: the fewest boots a night that reach it "
+        "against each --stored (default 0.05)",
+    )
+    parser.add_argument(
+        "--most-boots", type=int, default=6, help="boots a night the plan may use (default 6)"
+    )
+    parser.add_argument(
         "--steal-over",
         type=float,
         default=0.001,
@@ -261,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the boots' spread shown without such rounds (default 0.001: 0.1%%)",
     )
     args = parser.parse_args(argv)
+    minutes = boot_minutes(args.results)
     for name, levels in gathered(args.results).items():
         for clients in args.clients or sorted(levels):
             rounds = levels.get(clients) or []
@@ -277,6 +325,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                            work_spread(rounds, args.stored, args.nightly)):  # fmt: skip
                 if spread:
                     print(spread)
+            plan = plan_line(rounds, args.stored, args.target, args.most_boots,
+                             minutes.get(name))  # fmt: skip
+            if plan:
+                print(plan)
             print("\n".join(stall_lines(rounds, args.stored, args.nightly)))
             print("\n".join(steal_lines(rounds, args.steal_over, args.stored, args.nightly)))
     return 0

@@ -767,19 +767,41 @@ def _without(argv: list[str], flags: set[str]) -> list[str]:
     return out
 
 
+def _h200_boots() -> tuple[Any, dict[str, dict[int, list[Any]]], list[Path]]:
+    """bench/load_phases.py and the five H200 boots of `baseline` and `standalone-d16` stored in
+    baselines/load (docs/gpu-run.md, "An eleventh H200" and "A thirteenth H200")."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import load_phases  # bench/load_phases.py
+
+    runs = Path(__file__).resolve().parent.parent / "docs" / "gpu-run"
+    gc, curves = runs / "load-gc", runs / "load-curves"
+    files = [gc / "h200-load-cause.json.gz", gc / "h200-bl-load-rerun.json.gz",
+             gc / "h200-sd-load-rerun.json.gz", curves / "h200-load.json.gz"]  # fmt: skip
+    return load_phases, load_phases.gathered(files), files
+
+
+def test_the_nightly_plan_for_a_five_percent_level_mde_from_the_h200_boots() -> None:
+    """At the five boots' spread, `baseline` at 64 clients (2.9%) needs five boots a night
+    against twenty stored for a throughput MDE of 5%; one boot against five stored suffices
+    at one client; each night's cost is the boots' recorded GPU-minutes."""
+    load_phases, levels, files = _h200_boots()
+    minutes = load_phases.boot_minutes(files)
+    assert 2.0 < minutes["baseline"] < 3.0
+    line = load_phases.plan_line(levels["baseline"][64], [5, 10, 20], 0.05, 6, minutes["baseline"])
+    assert line is not None
+    assert "more than 6 boots a night against 10 stored" in line
+    assert "5 boot(s) a night against 20 stored (4.8%" in line
+    line = load_phases.plan_line(levels["baseline"][1], [5], 0.05, 6, None)
+    assert line == "  throughput MDE 5% or less: 1 boot(s) a night against 5 stored (1.8%)"
+
+
 def test_stolen_rounds_do_not_account_for_the_h200_boots_spread() -> None:
     """bench/load_phases.py on the H200 runs' five boots of `baseline` (docs/gpu-run.md, "A
     thirteenth H200"): the rounds in which the hypervisor stole more than 0.1% of the CPU time
     are in the two slowest boots at 16 and 64 clients, and without them the boots still spread
     over 2%: the steal the guest sees marks slow boots, it does not make the spread."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    import load_phases  # bench/load_phases.py
-
-    runs = Path(__file__).resolve().parent.parent / "docs" / "gpu-run"
-    gc = runs / "load-gc"
-    files = [gc / "h200-load-cause.json.gz", gc / "h200-bl-load-rerun.json.gz",
-             runs / "load-curves" / "h200-load.json.gz"]  # fmt: skip
-    levels = load_phases.gathered(files)["baseline"]
+    load_phases, gathered, _ = _h200_boots()
+    levels = gathered["baseline"]
     for clients in (16, 64):
         rounds = levels[clients]
         hit = load_phases.stolen(rounds, 0.001)
