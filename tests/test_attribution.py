@@ -336,6 +336,31 @@ def test_h200_load_curves_of_the_four_configs() -> None:
     assert dflash[64].verdict.outcome == Outcome.REGRESSED
 
 
+def test_h200_load_ab_past_the_crossover_fails_unless_the_levels_are_left_out_of_the_gate() -> None:
+    """The same A/B: a level where a speculative config is slower than `baseline` fails the run
+    as any A/B verdict does; ``--specdec-fail-on tok-regressed,accept-regressed`` leaves the
+    levels to the report."""
+    from pytest_specdec.core.results import load_results
+    from pytest_specdec.core.values import fail_on
+    from pytest_specdec.verdict.gate import failures
+    from pytest_specdec.verdict.judge import Judgement
+    from pytest_specdec.verdict.load import adjust_load, judge_load_reference
+
+    doc, policy = load_results(CURVES / "h200-load.json.gz"), VerdictPolicy()
+    by_name = {c["name"]: c for c in doc["configs"]}
+    judged = []
+    for name in ("standalone-d16", "dflash-b16", "eagle3"):
+        load = judge_load_reference(by_name[name], by_name["baseline"], policy)
+        judged.append(Judgement(name, "judged", "", "reference baseline", load=load))
+    adjust_load([j.load for j in judged if j.load is not None], policy)
+    failed = failures(judged, fail_on("regressed"))
+    assert [m.split(":")[0] for m in failed] == [
+        "dflash-b16 at 64 clients", "eagle3 at 1 client", "eagle3 at 4 clients",
+        "eagle3 at 16 clients", "eagle3 at 64 clients",
+    ]  # fmt: skip
+    assert failures(judged, fail_on("tok-regressed,accept-regressed")) == []
+
+
 def test_h200_fifth_load_boot_against_the_four_stored_before_it() -> None:
     """The same run's `baseline` and `standalone-d16` boots judged against the four boots stored
     before them (provisional: fewer than five). Throughput flags `baseline` at 16 clients
