@@ -199,6 +199,7 @@ def test_the_drafter_has_the_names_shapes_and_config_sglang_loads(
     assert parsed[:2] == ["qwen3", "2"]
     assert "['full_attention', 'full_attention'] False [3, 15, 27]" in parsed[2]
     assert sidecar["sha256"] and sidecar["params"] == sum(int(t.size) for t in tensors.values())
+    assert sidecar["deterministic"] is True  # torch's deterministic algorithms, not warn-only
 
 
 def test_training_lowers_the_loss_and_records_accept_length_by_step(
