@@ -287,26 +287,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[5, 10],
         help="stored boots K for the MDE line (default 5 10)",
     )
-    parser.add_argument(
-        "--nightly", type=int, default=1, help="boots a night M for the MDE line (default 1)"
-    )
-    parser.add_argument(
-        "--target",
-        type=float,
-        default=0.05,
-        help="the throughput MDE a night should reach: the fewest boots a night that reach it "
-        "against each --stored (default 0.05)",
-    )
-    parser.add_argument(
-        "--most-boots", type=int, default=6, help="boots a night the plan may use (default 6)"
-    )
-    parser.add_argument(
-        "--steal-over",
-        type=float,
-        default=0.001,
-        help="a round whose stolen share of the machine's CPU time exceeds this is counted, and "
-        "the boots' spread shown without such rounds (default 0.001: 0.1%%)",
-    )
+    options: list[tuple[str, type, float, str]] = [
+        ("--nightly", int, 1, "boots a night M for the MDE line (default 1)"),
+        ("--target", float, 0.05, "the throughput MDE a night should reach: the fewest boots "
+         "a night that reach it against each --stored (default 0.05)"),
+        ("--most-boots", int, 6, "boots a night the plan may use (default 6)"),
+        ("--steal-over", float, 0.001, "a round whose stolen share of the machine's CPU time "
+         "exceeds this is counted, and the boots' spread shown without such rounds (default "
+         "0.001: 0.1%%)"),
+    ]  # fmt: skip
+    for flag, kind, default, text in options:
+        parser.add_argument(flag, type=kind, default=kind(default), help=text)
     args = parser.parse_args(argv)
     minutes = boot_minutes(args.results)
     for name, levels in gathered(args.results).items():
