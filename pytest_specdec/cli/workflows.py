@@ -50,7 +50,11 @@ OWN_BUDGET = """\
     # included (docs/gpu-run.md, "A seventh H200"): the load set, 4 configs x 2 sessions, takes
     # 18 to 29 minutes. The suite step gets 45 (the worst case and half again), the job 15 more
     # for the environment, the install and the lint. More configs or sessions: up to 3.6
-    # minutes more per config and session, 5.4 with the margin; raise both.
+    # minutes more per config and session, 5.4 with the margin; raise both. Two sessions a
+    # night against the stored ones leave a level's MDE above 5% at 16 and 64 clients, where the
+    # host's pace spreads the boots 2-3%; five a night against twenty stored bring every level
+    # of baseline and standalone-d16 to 5% or less, 11.5-11.8 GPU-minutes a config
+    # (docs/gpu-run.md, "A thirteenth H200": SPECDEC_LOAD_SESSIONS=5, both budgets x2.5).
     timeout-minutes: 60
 """
 BUDGET = """\
