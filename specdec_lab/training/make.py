@@ -72,8 +72,8 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     # Strict, not warn-only: cuDNN's attention backward (what scaled_dot_product_attention
     # picks on an H200) is non-deterministic unless determinism is demanded outright, and it
-    # was the one op that warned. The same recipe, target, GPU and torch then give the same
-    # drafter, whose sha256 is part of every baseline key stored with it.
+    # was the one op that warned. The same recipe, target, GPU and torch should then give the
+    # same drafter, whose sha256 is part of every baseline key stored with it.
     torch.use_deterministic_algorithms(True)
     dtype = torch.float16 if device == "cuda" else torch.float32
     exclude = {json.loads(line).get("prompt") for line in workload_lines()} - {None}
