@@ -169,12 +169,12 @@ def plan_line(
     return f"  throughput MDE {target:.0%} or less: " + "; ".join(parts)
 
 
-def boot_minutes(paths: Sequence[Path]) -> dict[str, float]:
+def boot_minutes(docs: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Each config's GPU-minutes per server session (the median over the runs' sessions: boot,
-    warm-up, every level, stop), from the cost each results file records."""
+    warm-up, every level, stop), from the cost each results document records."""
     spent: dict[str, list[float]] = {}
-    for path in paths:
-        for cfg in load_results(path)["configs"]:
+    for doc in docs:
+        for cfg in doc["configs"]:
             for cost in (cfg.get("extra") or {}).get("cost") or []:
                 if cost.get("total_s") is not None:
                     spent.setdefault(cfg["name"], []).append(float(cost["total_s"]) / 60)
@@ -197,13 +197,13 @@ def work_spread(
                         stored, nightly)  # fmt: skip
 
 
-def gathered(paths: Sequence[Path]) -> dict[str, dict[int, list[RoundResult]]]:
-    """Each config's measured rounds per level over several results files of the same configs
-    (a run and its reruns), boots numbered on in file order."""
+def gathered(docs: Sequence[dict[str, Any]]) -> dict[str, dict[int, list[RoundResult]]]:
+    """Each config's measured rounds per level over several results documents of the same
+    configs (a run and its reruns), boots numbered on in their order."""
     out: dict[str, dict[int, list[RoundResult]]] = {}
     offsets: dict[str, int] = {}
-    for path in paths:
-        for cfg in load_results(path)["configs"]:
+    for doc in docs:
+        for cfg in doc["configs"]:
             name, offset, last = cfg["name"], offsets.get(cfg["name"], 0), 0
             for clients in levels_of(cfg):
                 rounds = [replace(r, session=r.session + offset) for r in measured(cfg, clients)]
@@ -245,12 +245,18 @@ def stall_lines(
             f"tok/s against {statistics.fmean(others):.0f} in the boot's others, a metrics read "
             f"answered after {float(r.engine['gauge_read_max_s']) * 1000:.0f} ms{gc_note}"
         )
-    if late:
-        rest = [r for r in rounds if r not in late]
-        spread = boot_spread(rest, stored, nightly)
-        if spread:
-            out.append("  without the stalled rounds:" + spread.removeprefix(" "))
-    return out
+    return out + without(rounds, late, "the stalled rounds", stored, nightly)
+
+
+def without(
+    rounds: Sequence[RoundResult], left_out: Sequence[RoundResult], what: str,
+    stored: Sequence[int], nightly: int,
+) -> list[str]:  # fmt: skip
+    """The boots' spread with ``left_out`` rounds removed (nothing when none is)."""
+    if not left_out:
+        return []
+    spread = boot_spread([r for r in rounds if r not in left_out], stored, nightly)
+    return [f"  without {what}:" + spread.removeprefix(" ")] if spread else []
 
 
 def stolen(rounds: Sequence[RoundResult], over: float) -> list[RoundResult]:
@@ -267,12 +273,9 @@ def steal_lines(
     if not hit:
         return []
     boots = sorted({r.session for r in hit})
-    out = [f"  stolen over {over:.2%}: {len(hit)} of {len(rounds)} rounds, in boot(s) "
-           f"{', '.join(map(str, boots))}"]  # fmt: skip
-    spread = boot_spread([r for r in rounds if r not in hit], stored, nightly)
-    if spread:
-        out.append("  without those rounds:" + spread.removeprefix(" "))
-    return out
+    head = (f"  stolen over {over:.2%}: {len(hit)} of {len(rounds)} rounds, in boot(s) "
+            f"{', '.join(map(str, boots))}")  # fmt: skip
+    return [head, *without(rounds, hit, "those rounds", stored, nightly)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -299,8 +302,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, kind, default, text in options:
         parser.add_argument(flag, type=kind, default=kind(default), help=text)
     args = parser.parse_args(argv)
-    minutes = boot_minutes(args.results)
-    for name, levels in gathered(args.results).items():
+    docs = [load_results(path) for path in args.results]
+    minutes = boot_minutes(docs)
+    for name, levels in gathered(docs).items():
         for clients in args.clients or sorted(levels):
             rounds = levels.get(clients) or []
             if not rounds:

@@ -307,11 +307,9 @@ def test_h200_load_gpu_work_finds_the_slowdown_and_flags_no_rerun() -> None:
 CURVES = RUNS / "load-curves"  # the four configs' curves, one boot each, stored
 
 
-def test_h200_load_curves_of_the_four_configs() -> None:
-    """SGLang 0.5.17 on an H200 (docs/gpu-run.md, "A thirteenth H200"): each speculative config
-    A/B against `baseline` at 1, 4, 16 and 64 clients. `standalone-d16` and `dflash-b16` (the
-    distilled drafter) pay up to 16 clients and stop paying at about 47.8 and 19.4 clients;
-    `eagle3` (a head from a seed, accept 1.01) pays at no level."""
+def curves_ab() -> dict[str, Any]:
+    """That run's speculative configs A/B against `baseline` at every level, Holm across them
+    all: config -> load judgement."""
     from pytest_specdec.core.results import load_results
     from pytest_specdec.verdict.load import adjust_load, judge_load_reference
 
@@ -322,6 +320,15 @@ def test_h200_load_curves_of_the_four_configs() -> None:
         for name in ("standalone-d16", "dflash-b16", "eagle3")
     }
     adjust_load(list(judged.values()), policy)
+    return judged
+
+
+def test_h200_load_curves_of_the_four_configs() -> None:
+    """SGLang 0.5.17 on an H200 (docs/gpu-run.md, "A thirteenth H200"): each speculative config
+    A/B against `baseline` at 1, 4, 16 and 64 clients. `standalone-d16` and `dflash-b16` (the
+    distilled drafter) pay up to 16 clients and stop paying at about 47.8 and 19.4 clients;
+    `eagle3` (a head from a seed, accept 1.01) pays at no level."""
+    judged = curves_ab()
     crossings = {}
     for name, load in judged.items():
         assert load.crossover is not None, name
@@ -340,19 +347,12 @@ def test_h200_load_ab_past_the_crossover_fails_unless_the_levels_are_left_out_of
     """The same A/B: a level where a speculative config is slower than `baseline` fails the run
     as any A/B verdict does; ``--specdec-fail-on tok-regressed,accept-regressed`` leaves the
     levels to the report."""
-    from pytest_specdec.core.results import load_results
     from pytest_specdec.core.values import fail_on
     from pytest_specdec.verdict.gate import failures
     from pytest_specdec.verdict.judge import Judgement
-    from pytest_specdec.verdict.load import adjust_load, judge_load_reference
 
-    doc, policy = load_results(CURVES / "h200-load.json.gz"), VerdictPolicy()
-    by_name = {c["name"]: c for c in doc["configs"]}
-    judged = []
-    for name in ("standalone-d16", "dflash-b16", "eagle3"):
-        load = judge_load_reference(by_name[name], by_name["baseline"], policy)
-        judged.append(Judgement(name, "judged", "", "reference baseline", load=load))
-    adjust_load([j.load for j in judged if j.load is not None], policy)
+    judged = [Judgement(name, "judged", "", "reference baseline", load=load)
+              for name, load in curves_ab().items()]  # fmt: skip
     failed = failures(judged, fail_on("regressed"))
     assert [m.split(":")[0] for m in failed] == [
         "dflash-b16 at 64 clients", "eagle3 at 1 client", "eagle3 at 4 clients",

@@ -767,7 +767,7 @@ def _without(argv: list[str], flags: set[str]) -> list[str]:
     return out
 
 
-def _h200_boots() -> tuple[Any, dict[str, dict[int, list[Any]]], list[Path]]:
+def _h200_boots() -> tuple[Any, dict[str, dict[int, list[Any]]], list[dict[str, Any]]]:
     """bench/load_phases.py and the five H200 boots of `baseline` and `standalone-d16` stored in
     baselines/load (docs/gpu-run.md, "An eleventh H200" and "A thirteenth H200")."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -777,15 +777,16 @@ def _h200_boots() -> tuple[Any, dict[str, dict[int, list[Any]]], list[Path]]:
     gc, curves = runs / "load-gc", runs / "load-curves"
     files = [gc / "h200-load-cause.json.gz", gc / "h200-bl-load-rerun.json.gz",
              gc / "h200-sd-load-rerun.json.gz", curves / "h200-load.json.gz"]  # fmt: skip
-    return load_phases, load_phases.gathered(files), files
+    docs = [load_phases.load_results(path) for path in files]
+    return load_phases, load_phases.gathered(docs), docs
 
 
 def test_the_nightly_plan_for_a_five_percent_level_mde_from_the_h200_boots() -> None:
     """At the five boots' spread, `baseline` at 64 clients (2.9%) needs five boots a night
     against twenty stored for a throughput MDE of 5%; one boot against five stored suffices
     at one client; each night's cost is the boots' recorded GPU-minutes."""
-    load_phases, levels, files = _h200_boots()
-    minutes = load_phases.boot_minutes(files)
+    load_phases, levels, docs = _h200_boots()
+    minutes = load_phases.boot_minutes(docs)
     assert 2.0 < minutes["baseline"] < 3.0
     line = load_phases.plan_line(levels["baseline"][64], [5, 10, 20], 0.05, 6, minutes["baseline"])
     assert line is not None
