@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests_support import load_judged
 
 from pytest_specdec.engines.base import EngineBase
 from pytest_specdec.engines.llamacpp import LlamaCppEngine
@@ -239,25 +240,6 @@ def test_sglang_decode_score_gates_a_5_percent_verify_slowdown_and_not_a_reboot(
     e2e = standalone(boot("rerun", "e2e"), stored(tmp_path, ["session"], "e2e"))
     assert e2e.outcome == "INCONCLUSIVE", e2e.message
     assert e2e.suite is not None and e2e.suite.ratio == pytest.approx(0.972, abs=0.003)
-
-
-def load_judged(run: Path, baselines: Path) -> dict[str, Any]:
-    """Each config's load levels of an H200 run judged again against the boots stored beside
-    it, Holm across them all: config -> clients -> level judgement."""
-    from pytest_specdec.core.results import load_results
-    from pytest_specdec.verdict.baselines import load_baseline
-    from pytest_specdec.verdict.load import adjust_load, judge_load_history
-
-    doc, policy = load_results(run), VerdictPolicy()
-    out = {}
-    for config in doc["configs"]:
-        baseline = load_baseline(
-            baselines / f"{config['name']}--mb-smollm2-7-4b-s0-1-seed1-hf.json"
-        )
-        assert baseline is not None
-        out[config["name"]] = judge_load_history(config, baseline, policy)
-    adjust_load(list(out.values()), policy)
-    return {name: judged.levels for name, judged in out.items()}
 
 
 def test_h200_load_slowdowns_are_told_kernel_from_host_by_the_gpus_own_work() -> None:

@@ -10,6 +10,9 @@ import signal
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -134,3 +137,25 @@ class FakeSGLang:
         ) + "data: [DONE]\n\n"  # fmt: skip
         return httpx.Response(200, content=body.encode(),
                               headers={"content-type": "text/event-stream"})  # fmt: skip
+
+
+def load_judged(run: Path, baselines: Path, stored: int | None = None) -> dict[str, Any]:
+    """Each config's load levels of an H200 run judged again against the boots stored in
+    ``baselines`` (the first ``stored`` of them, where given: what was stored before the run),
+    Holm across them all: config -> clients -> level judgement."""
+    from pytest_specdec.core.results import load_results
+    from pytest_specdec.verdict.baselines import load_baseline
+    from pytest_specdec.verdict.load import adjust_load, judge_load_history
+
+    doc, policy = load_results(run), VerdictPolicy()
+    out = {}
+    for config in doc["configs"]:
+        baseline = load_baseline(
+            baselines / f"{config['name']}--mb-smollm2-7-4b-s0-1-seed1-hf.json"
+        )
+        assert baseline is not None
+        if stored is not None:
+            baseline = replace(baseline, sessions=baseline.sessions[:stored])
+        out[config["name"]] = judge_load_history(config, baseline, policy)
+    adjust_load(list(out.values()), policy)
+    return {name: judged.levels for name, judged in out.items()}

@@ -1,0 +1,51 @@
+"""Load levels of SGLang 0.5.17 on an NVIDIA H200 judged again from the committed run
+(docs/gpu-run.md, "A fourteenth H200"): three more boots each of `baseline` and
+`standalone-d16` against the five stored before them, and one of `eagle3` against one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests_support import load_judged
+
+from pytest_specdec.verdict.stats import Outcome
+
+RUN = Path(__file__).resolve().parent.parent / "docs" / "gpu-run" / "load-store"
+STORED = RUN / "baselines" / "gpu-nvidia-h200-x1" / "sglang"  # as stored after the run
+
+
+def test_h200_rerun_of_three_boots_against_five_stored_flags_no_level() -> None:
+    """Nothing changed, judged not provisionally (five stored boots): no level of either config
+    is flagged on throughput or on the GPU's own work. `baseline` at 64 clients read 0.908x
+    on a host that paced every level slower, INCONCLUSIVE at an MDE of 9.3%: the throughput
+    MDE stays over 5% at 16 and 64 clients, while the GPU-work verdict's is under 2% there."""
+    judged = load_judged(RUN / "h200-load-store.json.gz", STORED, stored=5)
+    assert set(judged) == {"baseline", "standalone-d16"}
+    for name, levels in judged.items():
+        assert set(levels) == {1, 4, 16, 64}, name
+        for clients, level in levels.items():
+            where = (name, clients, level.message)
+            assert not level.verdict.provisional, where
+            assert level.verdict.outcome in (Outcome.UNCHANGED, Outcome.INCONCLUSIVE), where
+            assert level.work is not None and not level.work.provisional, where
+            assert level.work.outcome in (Outcome.UNCHANGED, Outcome.INCONCLUSIVE), where
+            assert level.work.mde < 0.02, where
+    slow = judged["baseline"][64]
+    assert slow.verdict.ratio == pytest.approx(0.908, abs=0.002)
+    assert slow.verdict.mde == pytest.approx(0.093, abs=0.002)
+    assert judged["baseline"][1].verdict.outcome == Outcome.UNCHANGED
+    assert judged["standalone-d16"][4].verdict.outcome == Outcome.UNCHANGED
+
+
+def test_h200_one_boot_against_one_stored_is_the_provisional_false_alarm_named_host() -> None:
+    """`eagle3`'s one boot against the one stored (provisional: rounds, not boots, as the
+    unit) reads REGRESSED at 4 and 64 clients, 0.954x both, on that host; the cause says the
+    time went to the host's pace, with the GPU's work per round unchanged."""
+    levels = load_judged(RUN / "h200-e3-load-store.json.gz", STORED, stored=1)["eagle3"]
+    flagged = {c: lv for c, lv in levels.items() if lv.verdict.outcome == Outcome.REGRESSED}
+    assert set(flagged) == {4, 64}
+    for level in flagged.values():
+        assert level.verdict.provisional and level.cause == "host", level.message
+        assert level.verdict.ratio == pytest.approx(0.954, abs=0.002)
+        assert "the host's pace, not the kernels" in level.cause_text
