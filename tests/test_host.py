@@ -17,6 +17,7 @@ from pytest_specdec.measure.host import (
     cpu_lines,
     host_facts,
     host_summary,
+    other_busy,
     schedstat,
     shared_cpus,
     snapshot,
@@ -159,3 +160,28 @@ def test_this_process_is_read_from_the_real_proc() -> None:
     assert 0 <= facts["steal_max_cpu"] <= 1
     assert facts["engine_cpu_s"] > 0 and facts["busiest"]["cpus"] > 0
     assert facts["busiest"]["on_cpu"] in os.sched_getaffinity(0)  # this thread ran 0.2 s
+
+
+def test_another_process_near_one_cpu_is_named() -> None:
+    """SGLang's HTTP server and tokenizer manager (``python3``) streamed every token of 64
+    requests at 0.77-0.91 CPUs on an H200; the summary names it beside the scheduler, whose
+    polling loop reads one CPU at any load, and says a thread that busy can pace the level."""
+
+    def facts(front: float, detok: float) -> dict[str, object]:
+        return {"steal": 0.0, "busiest": {"name": "sglang::schedul", "cpus": 1.0, "wait": 0.0},
+                "busy_threads": [{"name": "sglang::schedul", "cpu": 1, "cpus": 1.0},
+                                 {"name": "python3", "cpu": 7, "cpus": front},
+                                 {"name": "python3", "cpu": 8, "cpus": 0.2},
+                                 {"name": "sglang::detoken", "cpu": 2, "cpus": detok}]}  # fmt: skip
+
+    assert other_busy([facts(0.77, 0.21), facts(0.91, 0.29)]) == (
+        "busiest thread of another process: python3 0.77-0.91 CPUs (python3 near one CPU: a "
+        "thread that busy can pace what it serves)")  # fmt: skip
+    assert other_busy([facts(0.55, 0.6), facts(0.6, 0.2)]) == (
+        "busiest thread of another process: python3 0.55-0.60 CPUs; sglang::detoken "
+        "0.20-0.60 CPUs")  # fmt: skip
+    assert other_busy([facts(0.35, 0.2)]) is None  # SGLang's front at 16 clients
+    assert host_summary([facts(0.9, 0.2)]) == (
+        "1 round: steal 0.00%, sglang::schedul ran 1.00 CPUs, waited at most 0.000, busiest "
+        "thread of another process: python3 0.90 CPUs (python3 near one CPU: a thread that busy "
+        "can pace what it serves)")  # fmt: skip

@@ -256,7 +256,41 @@ def host_summary(rounds: Sequence[Mapping[str, Any]]) -> str | None:
         where = f" on CPU{'s' * (len(on) > 1)} {', '.join(map(str, on))}" if on else ""
         parts.append(f"{'/'.join(names)} ran {_span(ran, '.2f')} CPUs{where}, waited at most "
                      f"{waited:.3f}")  # fmt: skip
+    others = other_busy(read)
+    if others:
+        parts.append(others)
     crowded = [f for f in read if shared_cpus(f.get("busy_threads") or [])]
     if crowded:
         parts.append(f"busy threads shared a CPU in {len(crowded)} of them")
     return f"{len(read)} round{'s' * (len(read) != 1)}: " + ", ".join(parts) if parts else None
+
+
+OTHER_BUSY_CPUS = 0.5  # a thread of another engine process this busy is named in the summary
+NEAR_ONE_CPU = 0.8  # a thread this busy is close to all one CPU can give it
+
+
+def other_busy(read: Sequence[Mapping[str, Any]]) -> str | None:
+    """The busiest thread of each engine process other than the busiest process, over the
+    rounds, where it ran ``OTHER_BUSY_CPUS`` or more in some round: ``python3 0.77-0.91 CPUs``,
+    and a word where one came near a whole CPU. A thread's work is serial: at one CPU it can
+    go no faster, and what it serves (SGLang's HTTP server and tokenizer manager stream every
+    token of every request) waits on it. The busiest process's own loop is left out: SGLang's
+    scheduler polls and reads one CPU whatever its load."""
+    top = {str(f["busiest"]["name"]) for f in read if f.get("busiest")}
+    per_name: dict[str, list[float]] = {}
+    for facts in read:
+        most: dict[str, float] = {}
+        for thread in facts.get("busy_threads") or []:
+            name = str(thread["name"])
+            if name not in top:
+                most[name] = max(most.get(name, 0.0), float(thread["cpus"]))
+        for name, cpus in most.items():
+            per_name.setdefault(name, []).append(cpus)
+    shown = {n: v for n, v in sorted(per_name.items()) if max(v) >= OTHER_BUSY_CPUS}
+    if not shown:
+        return None
+    text = "; ".join(f"{name} {_span(v, '.2f')} CPUs" for name, v in shown.items())
+    near = [n for n, v in shown.items() if max(v) >= NEAR_ONE_CPU]
+    note = (f" ({', '.join(near)} near one CPU: a thread that busy can pace what it serves)"
+            if near else "")  # fmt: skip
+    return f"busiest thread of another process: {text}{note}"
