@@ -19,6 +19,8 @@ from pytest_specdec.verdict.baselines import (
     key_for,
     key_mismatch,
     load_baseline,
+    machine_note,
+    machine_of,
 )
 from pytest_specdec.verdict.gate import adjust, failures, not_gating
 from pytest_specdec.verdict.judge import MISMATCH, NO_BASELINE, judge_baseline, judge_reference
@@ -331,3 +333,42 @@ def test_key_mismatch_lists_only_identity_fields() -> None:
     a = {"engine": "llamacpp", "config": "x", "engine_version": "1"}
     assert key_mismatch(a, {**a, "engine_version": "2"}) == []
     assert key_mismatch(a, {**a, "engine": "vllm"}) == ["engine: 'llamacpp' → 'vllm'"]
+
+
+def test_each_stored_session_records_its_machine_and_a_night_elsewhere_says_so(
+    tmp_path: Path,
+) -> None:
+    """A stored session keeps a digest of its GPUs' UUIDs; a night judged against sessions of
+    other machines says how many of them ran on its own (under load the host's pace differs
+    between machines of one model), in the judgement's notes. A CPU run records none."""
+
+    def night(uuid: str, seed: int) -> dict[str, Any]:
+        doc = results_doc({"base": {"code": 100, "prose": 80}}, seed=seed, started=f"n{seed}")
+        doc["gpu"] = {"devices": [{"name": "NVIDIA H200", "uuid": uuid, "driver_version": "1"}]}
+        return doc
+
+    assert machine_of(results_doc({"base": {"code": 1.0}})) is None
+    assert machine_of(night("GPU-a", 0)) == machine_of(night("GPU-a", 1)) != machine_of(
+        night("GPU-b", 0))  # fmt: skip
+    for seed, uuid in enumerate(["GPU-a", "GPU-a", "GPU-a", "GPU-b", "GPU-b"]):
+        doc = night(uuid, seed)
+        update_baseline(doc, doc["configs"][0], tmp_path)
+    (path,) = tmp_path.rglob("base--*.json")
+    stored = [s["machine"] for s in json.loads(path.read_text())["sessions"]]
+    assert stored == [machine_of(night("GPU-a", 0))] * 3 + [machine_of(night("GPU-b", 0))] * 2
+    elsewhere = night("GPU-c", 9)
+    notes = judge_baseline(elsewhere, elsewhere["configs"][0], tmp_path, POLICY).notes
+    mine = machine_of(elsewhere)
+    assert (f"tonight's machine ({mine}) ran none of the 5 stored sessions, which ran on 2 other "
+            "machines: under load the host's pace differs") in " | ".join(notes)  # fmt: skip
+    home = night("GPU-a", 8)
+    notes = judge_baseline(home, home["configs"][0], tmp_path, POLICY).notes
+    assert (f"tonight's machine ({machine_of(home)}) ran 3 of the 5 stored sessions; the other 2 "
+            "ran on 1 other machine") in notes  # fmt: skip
+    assert machine_note(mine, [mine, None]) is None  # every known one is tonight's
+    assert machine_note(mine, ["x", None, None]) == (
+        f"tonight's machine ({mine}) ran none of the 1 stored sessions, which ran on 1 other "
+        "machine: under load the host's pace differs between machines and moves throughput "
+        "with the GPU's work unchanged (the GPU-work verdict does not follow it); 2 stored "
+        "sessions do not record their machine")  # fmt: skip
+    assert machine_note(None, ["x"]) is None and machine_note(mine, [None]) is None

@@ -49,3 +49,29 @@ def test_h200_one_boot_against_one_stored_is_the_provisional_false_alarm_named_h
         assert level.verdict.provisional and level.cause == "host", level.message
         assert level.verdict.ratio == pytest.approx(0.954, abs=0.002)
         assert "the host's pace, not the kernels" in level.cause_text
+
+
+def test_h200_boots_record_their_machine_and_the_night_names_it() -> None:
+    """The stored boots record which H200 ran them (a digest of its UUID, filled from the
+    results each came from): four on one machine, one on a second, and this run's three on a
+    third, whose `baseline` boots were the slowest of the eight at 64 clients. Judged as the
+    plugin judges it, the run's load levels say so."""
+    from pytest_specdec.core.results import load_results
+    from pytest_specdec.verdict.baselines import load_baseline, machine_of
+    from pytest_specdec.verdict.judge import judge_baseline
+    from pytest_specdec.verdict.stats import VerdictPolicy
+
+    store = RUN.parent.parent.parent / "baselines" / "load"
+    doc = load_results(RUN / "h200-load-store.json.gz")
+    tonight = machine_of(doc)
+    assert tonight == "82183aac7c9e"
+    stored = load_baseline(
+        store / "gpu-nvidia-h200-x1" / "sglang" / "baseline--mb-smollm2-7-4b-s0-1-seed1-hf.json"
+    )
+    assert stored is not None
+    machines = [s["machine"] for s in stored.sessions]
+    assert machines == ["6f370d15cf5e"] * 4 + ["54028bdcac27"] + [tonight] * 3
+    judged = judge_baseline(doc, doc["configs"][0], store, VerdictPolicy())
+    assert judged.load is not None
+    assert (f"tonight's machine ({tonight}) ran 3 of the 8 stored sessions; the other 5 ran on 2 "
+            "other machines") in judged.load.notes  # fmt: skip

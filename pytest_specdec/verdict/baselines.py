@@ -71,6 +71,44 @@ def hardware_identity(
     }
 
 
+def machine_of(results: Mapping[str, Any]) -> str | None:
+    """Which machine a run measured on: a short digest of its GPUs' UUIDs (NVML), the same for
+    every run on those GPUs and for no other machine of the same model (the hardware key says
+    only the model). None without a GPU UUID: a CPU run, or NVML not read."""
+    devices = (results.get("gpu") or {}).get("devices") or []
+    uuids = sorted(str(d["uuid"]) for d in devices if isinstance(d, Mapping) and d.get("uuid"))
+    return hashlib.sha256("|".join(uuids).encode()).hexdigest()[:12] if uuids else None
+
+
+def machine_note(tonight: str | None, stored: Sequence[str | None]) -> str | None:
+    """Whether tonight's machine ran the stored sessions, where both sides say (sessions stored
+    before the field are not counted). Under load a level's throughput follows the host's pace,
+    and on rented GPUs the host differs from one machine to the next: on three H200s the same
+    settings read 8,537-9,135 tok/s at 64 clients on two of them and 7,886-8,175 on the third
+    (docs/gpu-run.md, "A fourteenth H200"). None where there is nothing to say: tonight or every
+    stored session unknown, or every known one on tonight's machine."""
+    known = [m for m in stored if m]
+    if tonight is None or not known:
+        return None
+    mine = sum(1 for m in known if m == tonight)
+    others = len({m for m in known if m != tonight})
+    if not others:
+        return None
+    where = f"{others} other machine{'s' * (others > 1)}"
+    if mine:
+        text = (f"tonight's machine ({tonight}) ran {mine} of the {len(known)} stored sessions; "
+                f"the other {len(known) - mine} ran on {where}")  # fmt: skip
+    else:
+        text = (f"tonight's machine ({tonight}) ran none of the {len(known)} stored sessions, "
+                f"which ran on {where}: under load the host's pace differs between machines and "
+                "moves throughput with the GPU's work unchanged (the GPU-work verdict does not "
+                "follow it)")  # fmt: skip
+    unknown = len(stored) - len(known)
+    verb = "do not record their" if unknown > 1 else "does not record its"
+    return text + (f"; {unknown} stored session{'s' * (unknown > 1)} {verb} machine"
+                   if unknown else "")  # fmt: skip
+
+
 def hardware_slug(hw: Mapping[str, Any]) -> str:
     return _slug(f"{hw.get('kind')}-{hw.get('name')}-x{hw.get('count')}")
 
@@ -329,6 +367,7 @@ def session_entry(
         "engine_env": (config.get("extra") or {}).get("engine_env"),
         "commit": (results.get("options") or {}).get("commit"),
         "host": (results.get("host") or {}).get("hostname"),
+        "machine": machine_of(results),
         "session": session,
         "prompts": dict(prompt_cells),
         "suite": None

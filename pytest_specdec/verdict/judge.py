@@ -25,6 +25,8 @@ from pytest_specdec.verdict.baselines import (
     key_for,
     key_mismatch,
     load_baseline,
+    machine_note,
+    machine_of,
 )
 from pytest_specdec.verdict.compare import (
     ONE_SESSION_NOTE,
@@ -269,15 +271,20 @@ def judge_baseline(
     ``load_policy``), and its speedup curve against a plain config measured in the same run."""
     judgement = Judgement(config["name"], JUDGED, "", "baseline", score=score_of(results))
     baseline = _comparable_baseline(judgement, results, config, root, allow_mismatch)
+    machines = None if baseline is None else machine_note(
+        machine_of(results), [s.get("machine") for s in baseline.sessions]
+    )  # fmt: skip
     if levels_of(config):
         judgement.load = _load_against_baseline(
             results, config, baseline, root, load_policy or policy, judgement.message
         )
+        judgement.load.notes += [machines] if machines else []
     if not config_measured(config) and judgement.status != MISMATCH:
         judgement.status, judgement.message = LOAD_ONLY, LOAD_ONLY_MESSAGE
         return judgement
     if baseline is None:
         return judgement
+    judgement.notes += [machines] if machines else []
     return _prompts_baseline(judgement, results, config, baseline, policy)
 
 
