@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 from tests_support import SGLANG_VERSION
 
-from pytest_specdec.core.configs import ConfigError, Registry, parse_config, preset_configs
+from pytest_specdec.core.configs import (
+    ConfigError,
+    Registry,
+    load_registry,
+    parse_config,
+    preset_configs,
+)
 from pytest_specdec.core.suitefile import EngineSettings, load_suite_settings
 from pytest_specdec.engines import make_engine
 from pytest_specdec.engines.base import BootContext
@@ -342,7 +348,9 @@ def test_sglang_reads_the_key_file_the_adapter_writes(sglang_python: str, tmp_pa
     assert errors(engine.lint(spec)) == []  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("suite", ["specdec-gpu.toml", "specdec-gpu-load.toml"])
+@pytest.mark.parametrize(
+    "suite", ["specdec-gpu.toml", "specdec-gpu-load.toml", "specdec-gpu-load-stream.toml"]
+)
 def test_the_gpu_suite_file_settings_parse(sglang_python: str, suite: str) -> None:
     """The GPU suite files' engine flags (the load suite's prefill graph sizes and GC warning
     too) with every upstream preset, through the parser of the release GPU runners have."""
@@ -489,3 +497,20 @@ def test_the_parser_is_asked_once_per_command_line_whatever_the_port(
     assert len(entries) == 1
     assert lint_sglang(sglang_python, [*argv, "--port", "50001"]) == first
     assert sorted(cache_dir().rglob("*.json")) == entries  # answered from the cache
+
+
+def test_the_streaming_suites_own_configs_parse_with_its_settings(sglang_python: str) -> None:
+    """suites/specdec-gpu-load-stream.toml's configs (SGLang streaming every eighth token)
+    with the load suite's engine flags, through the release's own parser: no error, no
+    warning; each differs from the config it copies by --stream-interval 8 alone."""
+    path = Path(__file__).parent.parent / "suites" / "specdec-gpu-load-stream.toml"
+    settings = load_suite_settings(path)
+    extra = settings.engine_settings("sglang").extra_args
+    registry = load_registry(settings.files, "sglang")
+    engine = make_engine("sglang", EngineSettings(python=sglang_python, extra_args=extra))
+    for name, plain in (("baseline-s8", "baseline"), ("standalone-d16-s8", "standalone-d16")):
+        cfg = registry.resolve(name, "sglang")
+        assert list(cfg.args) == [*registry.resolve(plain, "sglang").args, "--stream-interval", "8"]
+        draft = "org/drafter" if cfg.draft else None
+        spec = engine.build_command(BootContext(cfg, "org/target", draft, "127.0.0.1", 30000))
+        assert engine.lint(spec) == [], name  # type: ignore[attr-defined]
