@@ -84,7 +84,7 @@ def machine_note(tonight: str | None, stored: Sequence[str | None]) -> str | Non
     """Whether tonight's machine ran the stored sessions, where both sides say (sessions stored
     before the field are not counted). Under load a level's throughput follows the host's pace,
     and on rented GPUs the host differs from one machine to the next: on three H200s the same
-    settings read 8,537-9,135 tok/s at 64 clients on two of them and 7,886-8,175 on the third
+    settings read 8,536-9,135 tok/s at 64 clients on two of them and 7,878-8,173 on the third
     (docs/gpu-run.md, "A fourteenth H200"). None where there is nothing to say: tonight or every
     stored session unknown, or every known one on tonight's machine."""
     known = [m for m in stored if m]
