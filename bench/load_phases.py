@@ -14,7 +14,8 @@ boots' spread and the MDE a night of M boots (``--nightly``, default 1) would ha
 stored boots (``--stored``), and the rounds in which the engine answered a metrics read late
 (its HTTP server's process stood still), with the spread the boots would have without them;
 and the rounds in which the hypervisor stole more than ``--steal-over`` of the machine's CPU
-time, with the spread without those.
+time, with the spread without those; and which machine (GPU) ran which boots, with the spread
+within machines where one ran several.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from pytest_specdec.measure.levels import (
     phase_means,
     rounds_of,
 )
+from pytest_specdec.verdict.baselines import machine_of
 from pytest_specdec.verdict.load import HOST_PACED_PHASES, gpu_work_s
 from pytest_specdec.verdict.planning import history_mde
 from pytest_specdec.verdict.stats import SessionSummary
@@ -197,19 +199,51 @@ def work_spread(
                         stored, nightly)  # fmt: skip
 
 
-def gathered(docs: Sequence[dict[str, Any]]) -> dict[str, dict[int, list[RoundResult]]]:
+def gathered(
+    docs: Sequence[dict[str, Any]], machines: dict[str, dict[int, str]] | None = None
+) -> dict[str, dict[int, list[RoundResult]]]:
     """Each config's measured rounds per level over several results documents of the same
-    configs (a run and its reruns), boots numbered on in their order."""
+    configs (a run and its reruns), boots numbered on in their order; ``machines``, where
+    given, gets each config's boot -> the machine that ran it (``machine_of`` its document)."""
     out: dict[str, dict[int, list[RoundResult]]] = {}
     offsets: dict[str, int] = {}
     for doc in docs:
+        machine = machine_of(doc) or "-"
         for cfg in doc["configs"]:
             name, offset, last = cfg["name"], offsets.get(cfg["name"], 0), 0
             for clients in levels_of(cfg):
                 rounds = [replace(r, session=r.session + offset) for r in measured(cfg, clients)]
                 out.setdefault(name, {}).setdefault(clients, []).extend(rounds)
                 last = max([last] + [r.session for r in rounds])
+                if machines is not None:
+                    machines.setdefault(name, {}).update({r.session: machine for r in rounds})
             offsets[name] = max(offset, last)
+    return out
+
+
+def machine_lines(
+    rounds: Sequence[RoundResult], machine: dict[int, str], stored: Sequence[int]
+) -> list[str]:
+    """Which machine ran which boots, and, where some machine ran two or more, the boots'
+    spread within machines (the sd of their logs pooled over the machines) and the MDE one
+    boot would have against that many stored boots of its own machine. Nothing for one
+    machine or unknown ones."""
+    means = dict(zip(sorted({r.session for r in rounds}), boot_means(rounds), strict=True))
+    by: dict[str, list[int]] = {}
+    for boot in means:
+        by.setdefault(machine.get(boot, "-"), []).append(boot)
+    if len(by) < 2 or "-" in by:
+        return []
+    ran = "; ".join(f"boot(s) {', '.join(map(str, b))} on {m}" for m, b in by.items())
+    out = [f"  machines: {len(by)} ({ran})"]
+    groups = [[means[b] for b in boots] for boots in by.values() if len(boots) > 1]
+    if groups:
+        dof = sum(len(g) - 1 for g in groups)
+        pooled = math.sqrt(sum(statistics.variance(g) * (len(g) - 1) for g in groups) / dof)
+        each = " / ".join(f"{statistics.stdev(g):.2%}" for g in groups)
+        mdes = ", ".join(f"{k} stored {history_mde(pooled, k, 1):.1%}" for k in stored)
+        out.append(f"  within machines: sd of the boots' logs {each}, pooled {pooled:.2%}; one "
+                   f"boot's MDE against its own machine's {mdes}")  # fmt: skip
     return out
 
 
@@ -304,7 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     docs = [load_results(path) for path in args.results]
     minutes = boot_minutes(docs)
-    for name, levels in gathered(docs).items():
+    machines: dict[str, dict[int, str]] = {}
+    for name, levels in gathered(docs, machines).items():
         for clients in args.clients or sorted(levels):
             rounds = levels.get(clients) or []
             if not rounds:
@@ -320,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            work_spread(rounds, args.stored, args.nightly)):  # fmt: skip
                 if spread:
                     print(spread)
+            print("\n".join(machine_lines(rounds, machines.get(name, {}), args.stored)))
             plan = plan_line(rounds, args.stored, args.target, args.most_boots,
                              minutes.get(name))  # fmt: skip
             if plan:

@@ -811,3 +811,26 @@ def test_stolen_rounds_do_not_account_for_the_h200_boots_spread() -> None:
         assert lines[0].startswith(f"  stolen over 0.10%: {len(hit)} of 20 rounds, in boot(s) 3, 5")
         sd = float(lines[1].split("sd of their logs ")[1].split("%")[0])
         assert sd > 2.0, lines
+
+
+def test_the_h200_boots_spread_within_machines_less_than_across_them() -> None:
+    """bench/load_phases.py over the eight stored boots of `baseline` (docs/gpu-run.md, "A
+    fourteenth H200"): three H200s ran them, four on one, one on another, three on a third,
+    and at 64 clients the boots spread 5.5% over all eight but 2.35% within the machines."""
+    load_phases, _, docs = _h200_boots()
+    runs = Path(__file__).resolve().parent.parent / "docs" / "gpu-run"
+    docs = [*docs, load_phases.load_results(runs / "load-store" / "h200-load-store.json.gz")]
+    machines: dict[str, dict[int, str]] = {}
+    rounds = load_phases.gathered(docs, machines)["baseline"][64]
+    assert machines["baseline"] == {
+        **dict.fromkeys(range(1, 5), "6f370d15cf5e"), 5: "54028bdcac27",
+        **dict.fromkeys(range(6, 9), "82183aac7c9e"),
+    }  # fmt: skip
+    assert "sd of their logs 5.53%" in (load_phases.boot_spread(rounds, [8]) or "")
+    lines = load_phases.machine_lines(rounds, machines["baseline"], [20])
+    assert lines[0] == ("  machines: 3 (boot(s) 1, 2, 3, 4 on 6f370d15cf5e; boot(s) 5 on "
+                        "54028bdcac27; boot(s) 6, 7, 8 on 82183aac7c9e)")  # fmt: skip
+    within = "  within machines: sd of the boots' logs 2.61% / 1.91%, pooled 2.35%; "
+    assert lines[1] == f"{within}one boot's MDE against its own machine's 20 stored 7.9%"
+    one = {boot: "m" for boot in machines["baseline"]}
+    assert load_phases.machine_lines(rounds, one, [20]) == []  # one machine: nothing to split
