@@ -39,8 +39,8 @@ from pytest_specdec.measure.levels import (
     phase_means,
     rounds_of,
 )
-from pytest_specdec.verdict.baselines import machine_of
 from pytest_specdec.verdict.load import HOST_PACED_PHASES, gpu_work_s
+from pytest_specdec.verdict.machines import machine_of
 from pytest_specdec.verdict.planning import history_mde
 from pytest_specdec.verdict.stats import SessionSummary
 

@@ -29,6 +29,7 @@ from pytest_specdec.core.values import (
     top_p,
 )
 from pytest_specdec.driver.settings import DEFAULT_ROUNDS
+from pytest_specdec.verdict.machines import SAME_MACHINE
 from pytest_specdec.verdict.stats import DEFAULT_POLICY
 
 
@@ -90,13 +91,17 @@ WORKLOAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
      dict(action="store_true", help="skip the warmup pass over every prompt")),
 ]  # fmt: skip
 
-# The engine's CPU cores: on a CPU host, xdist workers split them without being asked.
+# The machine: the engine's cores (xdist workers split a CPU host's), whose sessions judge it.
 HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--specdec-cpus",
      dict(type=cpu_list, default=None, metavar="LIST",
           help="pin the engine to these cores (e.g. 0 or 0-3) with one thread each; under "
           "pytest-xdist they are split between the workers, as a CPU host's cores are by "
           "default (default: no pinning)")),
+    ("--specdec-same-machine",
+     dict(choices=SAME_MACHINE, default="auto",
+          help="stored sessions that judge: auto (default): tonight's machine's (GPU UUIDs) "
+          "once 5 are stored beside others', else all; always: only those; never: all")),
 ]  # fmt: skip
 
 # Load levels: concurrent closed-loop clients, measured in rounds (suites/test_concurrency.py).

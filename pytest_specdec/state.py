@@ -207,6 +207,7 @@ class SpecdecState:
             or root / (self.suite.baseline_dir or "baselines"),
             reference=self.configs[0].name if getopt("--specdec-reference") else None,
             allow_mismatch=getopt("--specdec-allow-mismatch"),
+            same_machine=getopt("--specdec-same-machine"),
             update_baselines=getopt("--specdec-update-baselines"),
             fail_on=tuple(getopt("--specdec-fail-on")),
             provisional_gates=getopt("--specdec-provisional") == "gate",

@@ -19,11 +19,10 @@ from pytest_specdec.verdict.baselines import (
     key_for,
     key_mismatch,
     load_baseline,
-    machine_note,
-    machine_of,
 )
 from pytest_specdec.verdict.gate import adjust, failures, not_gating
 from pytest_specdec.verdict.judge import MISMATCH, NO_BASELINE, judge_baseline, judge_reference
+from pytest_specdec.verdict.machines import machine_history, machine_note, machine_of
 from pytest_specdec.verdict.sessions import empty_prompts, prompt_runs, update_baseline, with_score
 from pytest_specdec.verdict.stats import Outcome, VerdictPolicy
 
@@ -362,9 +361,17 @@ def test_each_stored_session_records_its_machine_and_a_night_elsewhere_says_so(
     assert (f"tonight's machine ({mine}) ran none of the 5 stored sessions, which ran on 2 other "
             "machines: under load the host's pace differs") in " | ".join(notes)  # fmt: skip
     home = night("GPU-a", 8)
-    notes = judge_baseline(home, home["configs"][0], tmp_path, POLICY).notes
+    notes = judge_baseline(home, home["configs"][0], tmp_path, POLICY, same_machine="never").notes
     assert (f"tonight's machine ({machine_of(home)}) ran 3 of the 5 stored sessions; the other 2 "
             "ran on 1 other machine") in notes  # fmt: skip
+    # auto: three of tonight's machine are fewer than a final verdict's five, so all five judge
+    judged = judge_baseline(home, home["configs"][0], tmp_path, POLICY)
+    assert judged.suite is not None and judged.suite.n_ref == 5
+    # always: only tonight's machine's three (provisional: under five)
+    judged = judge_baseline(home, home["configs"][0], tmp_path, POLICY, same_machine="always")
+    assert judged.suite is not None and judged.suite.provisional
+    assert (f"judged against the 3 stored sessions of tonight's machine ({machine_of(home)}) of "
+            "5 (--specdec-same-machine always)") in judged.notes  # fmt: skip
     assert machine_note(mine, [mine, None]) is None  # every known one is tonight's
     assert machine_note(mine, ["x", None, None]) == (
         f"tonight's machine ({mine}) ran none of the 1 stored sessions, which ran on 1 other "
@@ -372,3 +379,41 @@ def test_each_stored_session_records_its_machine_and_a_night_elsewhere_says_so(
         "with the GPU's work unchanged (the GPU-work verdict does not follow it); 2 stored "
         "sessions do not record their machine")  # fmt: skip
     assert machine_note(None, ["x"]) is None and machine_note(mine, [None]) is None
+
+
+def test_a_night_is_judged_against_its_own_machines_sessions_once_five_are_stored(
+    tmp_path: Path,
+) -> None:
+    """``--specdec-same-machine auto`` (the default): with five sessions of tonight's machine
+    stored beside others, only those five judge it, and the note says so; ``never`` keeps every
+    session; a machine unknown tonight (a CPU run) is judged against all; a bad mode is named."""
+
+    def night(uuid: str, seed: int, speed: float = 100) -> dict[str, Any]:
+        doc = results_doc({"base": {"code": speed, "prose": speed * 0.8}}, seed=seed,
+                          started=f"n{seed}")  # fmt: skip
+        doc["gpu"] = {"devices": [{"name": "NVIDIA H200", "uuid": uuid, "driver_version": "1"}]}
+        return doc
+
+    # five nights on a fast machine, three on one whose host paces everything 10% slower
+    for seed in range(5):
+        update_baseline(night("GPU-a", seed), night("GPU-a", seed)["configs"][0], tmp_path)
+    for seed in range(5, 8):
+        update_baseline(night("GPU-b", seed, 90), night("GPU-b", seed, 90)["configs"][0], tmp_path)
+    (path,) = tmp_path.rglob("base--*.json")
+    baseline = load_baseline(path)
+    assert baseline is not None
+    home = night("GPU-a", 9)
+    mine = machine_of(home)
+    own, note = machine_history(baseline.sessions, mine, "auto", 5)
+    assert len(own) == 5 and {s["machine"] for s in own} == {mine}
+    assert note == (f"judged against the 5 stored sessions of tonight's machine ({mine}) of 8 "
+                    "(--specdec-same-machine auto)")  # fmt: skip
+    judged = judge_baseline(home, home["configs"][0], tmp_path, POLICY)
+    assert judged.suite is not None and not judged.suite.provisional
+    assert judged.suite.n_ref == 5 and note in judged.notes
+    every, _ = machine_history(baseline.sessions, mine, "never", 5)
+    assert len(every) == 8
+    unknown, cpu_note = machine_history(baseline.sessions, None, "always", 5)
+    assert len(unknown) == 8 and cpu_note is None
+    with pytest.raises(ValueError, match="--specdec-same-machine 'sometimes': one of auto"):
+        machine_history(baseline.sessions, mine, "sometimes", 5)

@@ -947,3 +947,15 @@ def test_a_stop_returns_once_every_process_of_the_engine_is_gone(tmp_path: Path)
     assert len(group_members(proc.pid)) == 2  # the leader and its worker
     stop_process(proc, grace_s=2)
     assert group_members(proc.pid) == []
+
+
+def test_an_unknown_same_machine_mode_is_a_usage_error_naming_the_modes(
+    suite_project: pytest.Pytester,
+) -> None:
+    result = suite_project.runpytest_subprocess(
+        THROUGHPUT, "--specdec-same-machine", "sometimes", "--collect-only", *QUIET
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    error = result.stderr.str()
+    assert "--specdec-same-machine: invalid choice: 'sometimes'" in error, error
+    assert "'auto', 'always', 'never'" in error, error

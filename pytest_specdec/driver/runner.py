@@ -61,8 +61,9 @@ class Runner(SweepSteps, ReferenceSteps):
                 raise ValueError(f"reference config {ref} has not been measured")
             return judge_reference(doc, by_name[name], by_name[ref], policy, load_policy, root)
         return judge_baseline(
-            doc, by_name[name], root, policy, self.settings.allow_mismatch, load_policy
-        )
+            doc, by_name[name], root, policy, self.settings.allow_mismatch, load_policy,
+            self.settings.same_machine,
+        )  # fmt: skip
 
     def judge_for_gate(self, name: str) -> Judgement:
         """Per-config gate during the run: Bonferroni over the judged configs (Holm's first

@@ -34,6 +34,7 @@ class RunSettings:
     baseline_dir: Path = Path("baselines")
     reference: str | None = None
     allow_mismatch: bool = False
+    same_machine: str = "auto"  # which stored sessions judge the night (verdict/machines.py)
     update_baselines: bool = False
     fail_on: tuple[str, ...] = ("regressed",)
     provisional_gates: bool = True  # --specdec-provisional gate|report

@@ -24,6 +24,7 @@ from typing import Any
 
 from pytest_specdec import __version__
 from pytest_specdec.core.results import atomic_write_json, utc_now
+from pytest_specdec.verdict.machines import machine_of
 from pytest_specdec.verdict.stats import SessionSummary
 
 BASELINE_SCHEMA = 1
@@ -69,44 +70,6 @@ def hardware_identity(
         "name": host.get("cpu_model") or host.get("processor") or host.get("machine"),
         "count": host.get("cpu_count"),
     }
-
-
-def machine_of(results: Mapping[str, Any]) -> str | None:
-    """Which machine a run measured on: a short digest of its GPUs' UUIDs (NVML), the same for
-    every run on those GPUs and for no other machine of the same model (the hardware key says
-    only the model). None without a GPU UUID: a CPU run, or NVML not read."""
-    devices = (results.get("gpu") or {}).get("devices") or []
-    uuids = sorted(str(d["uuid"]) for d in devices if isinstance(d, Mapping) and d.get("uuid"))
-    return hashlib.sha256("|".join(uuids).encode()).hexdigest()[:12] if uuids else None
-
-
-def machine_note(tonight: str | None, stored: Sequence[str | None]) -> str | None:
-    """Whether tonight's machine ran the stored sessions, where both sides say (sessions stored
-    before the field are not counted). Under load a level's throughput follows the host's pace,
-    and on rented GPUs the host differs from one machine to the next: on three H200s the same
-    settings read 8,536-9,135 tok/s at 64 clients on two of them and 7,878-8,173 on the third
-    (docs/gpu-run.md, "A fourteenth H200"). None where there is nothing to say: tonight or every
-    stored session unknown, or every known one on tonight's machine."""
-    known = [m for m in stored if m]
-    if tonight is None or not known:
-        return None
-    mine = sum(1 for m in known if m == tonight)
-    others = len({m for m in known if m != tonight})
-    if not others:
-        return None
-    where = f"{others} other machine{'s' * (others > 1)}"
-    if mine:
-        text = (f"tonight's machine ({tonight}) ran {mine} of the {len(known)} stored sessions; "
-                f"the other {len(known) - mine} ran on {where}")  # fmt: skip
-    else:
-        text = (f"tonight's machine ({tonight}) ran none of the {len(known)} stored sessions, "
-                f"which ran on {where}: under load the host's pace differs between machines and "
-                "moves throughput with the GPU's work unchanged (the GPU-work verdict does not "
-                "follow it)")  # fmt: skip
-    unknown = len(stored) - len(known)
-    verb = "do not record their" if unknown > 1 else "does not record its"
-    return text + (f"; {unknown} stored session{'s' * (unknown > 1)} {verb} machine"
-                   if unknown else "")  # fmt: skip
 
 
 def hardware_slug(hw: Mapping[str, Any]) -> str:

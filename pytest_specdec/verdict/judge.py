@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,6 @@ from pytest_specdec.verdict.baselines import (
     key_for,
     key_mismatch,
     load_baseline,
-    machine_note,
-    machine_of,
 )
 from pytest_specdec.verdict.compare import (
     ONE_SESSION_NOTE,
@@ -43,6 +41,7 @@ from pytest_specdec.verdict.load import (
     speedup_levels,
     stored_speedups,
 )
+from pytest_specdec.verdict.machines import machine_history, machine_of
 from pytest_specdec.verdict.sessions import (
     LOAD_ONLY_MESSAGE,
     accept_means,
@@ -266,14 +265,19 @@ def judge_baseline(
     policy: VerdictPolicy,
     allow_mismatch: bool = False,
     load_policy: VerdictPolicy | None = None,
+    same_machine: str = "auto",
 ) -> Judgement:
-    """Against the stored history of this config's baseline key; its load levels too (with
+    """Against the stored history of this config's baseline key (the sessions of tonight's
+    machine, by ``same_machine``: verdict/machines.py); its load levels too (with
     ``load_policy``), and its speedup curve against a plain config measured in the same run."""
     judgement = Judgement(config["name"], JUDGED, "", "baseline", score=score_of(results))
     baseline = _comparable_baseline(judgement, results, config, root, allow_mismatch)
-    machines = None if baseline is None else machine_note(
-        machine_of(results), [s.get("machine") for s in baseline.sessions]
-    )  # fmt: skip
+    machines = None
+    if baseline is not None:
+        kept, machines = machine_history(
+            baseline.sessions, machine_of(results), same_machine, policy.min_history
+        )
+        baseline = replace(baseline, sessions=kept)
     if levels_of(config):
         judgement.load = _load_against_baseline(
             results, config, baseline, root, load_policy or policy, judgement.message
