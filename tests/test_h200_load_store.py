@@ -57,8 +57,10 @@ def test_h200_boots_record_their_machine_and_the_night_names_it() -> None:
     third, whose `baseline` boots were the slowest of the eight at 64 clients. Judged as the
     plugin judges it, the run's load levels say so."""
     from pytest_specdec.core.results import load_results
-    from pytest_specdec.verdict.baselines import load_baseline, machine_of
+    from pytest_specdec.report.load import markdown_section
+    from pytest_specdec.verdict.baselines import load_baseline
     from pytest_specdec.verdict.judge import judge_baseline
+    from pytest_specdec.verdict.machines import machine_of
     from pytest_specdec.verdict.stats import VerdictPolicy
 
     store = RUN.parent.parent.parent / "baselines" / "load"
@@ -73,5 +75,9 @@ def test_h200_boots_record_their_machine_and_the_night_names_it() -> None:
     assert machines == ["6f370d15cf5e"] * 4 + ["54028bdcac27"] + [tonight] * 3
     judged = judge_baseline(doc, doc["configs"][0], store, VerdictPolicy())
     assert judged.load is not None
-    assert (f"tonight's machine ({tonight}) ran 3 of the 8 stored sessions; the other 5 ran on 2 "
-            "other machines") in judged.load.notes  # fmt: skip
+    note = (f"tonight's machine ({tonight}) ran 3 of the 8 stored sessions; the other 5 ran on 2 "
+            "other machines")  # fmt: skip
+    assert note in judged.load.notes
+    # the Markdown report's load section lists it under the config
+    report = markdown_section({**doc, "verdicts": [judged.to_dict()]})
+    assert f"- `baseline`: {note}" in report

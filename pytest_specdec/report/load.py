@@ -221,6 +221,8 @@ def markdown_section(results: Mapping[str, Any]) -> list[str]:
                 md_table(VERDICT_HEADER, [[code(r[0]), *r[1:]] for r in rows], "lrlrrrrl"),
                 ""]  # fmt: skip
     out += [f"- {md(line)}" for j in verdicts for line in crossover_lines(j)]
+    out += [f"- {code(str(j['config']))}: {md(note)}" for j in verdicts
+            for note in (j.get("load") or {}).get("notes") or []]  # fmt: skip
     levels = sorted({lv for c in configs for lv in levels_of(c)})
     curves = {str(c["name"]): _curve(c, levels) for c in configs}
     out += ["", *mermaid_chart("Aggregate output tok/s", "tok/s", curves, levels)]
