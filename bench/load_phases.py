@@ -91,6 +91,7 @@ def boot_rows(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
         phases = phase_means(mine)
         idle = no_forward_s(mine)
         cells.append(_cell(idle[0] if idle else None, ".3f"))
+        cells.append(_cell(mean([decode_passes(r) for r in mine]), ".0f"))
         cells += [_cell(phases.get(n), ".3f") for n in names]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
@@ -197,6 +198,30 @@ def work_spread(
     but = ", ".join(sorted(HOST_PACED_PHASES))
     return _spread_line(f"GPU work (all phases but {but}) per round:", means, "s", ".3f",
                         stored, nightly)  # fmt: skip
+
+
+def decode_passes(r: RoundResult) -> float | None:
+    """The engine's decode passes in a round (SGLang's counter, ``engine.passes``; a verify
+    step each when speculating), None where not counted."""
+    passes = r.engine.get("passes") or {}
+    decode = sum(float(v) for k, v in passes.items() if str(k).startswith("decode"))
+    return decode or None
+
+
+def step_spread(
+    rounds: Sequence[RoundResult], stored: Sequence[int], nightly: int = 1
+) -> str | None:
+    """The boots' spread of the GPU's own work per decode pass: the work per round without
+    the occupancy (a round with late arrivals runs more passes, each with fewer requests);
+    None where the passes were not counted."""
+    means = []
+    for session in sorted({r.session for r in rounds}):
+        mine = [(gpu_work_s(r.engine.get("phase_s") or {}), decode_passes(r))
+                for r in rounds if r.session == session]  # fmt: skip
+        each = [w / n for w, n in mine if w and n]
+        if each:
+            means.append(statistics.fmean(math.log(v) for v in each))
+    return _spread_line("GPU work per decode pass:", means, "s", ".5f", stored, nightly)
 
 
 def gathered(
@@ -347,12 +372,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             names = sorted({k for r in rounds for k in phases_of(r)})
             print(f"\n{name} at {clients} clients")
             print("| boot | rounds | out tok/s | GPU busy % | steal | busiest on CPU | "
-                  "no forward s | " + " | ".join(f"{n} s" for n in names) + " |")  # fmt: skip
-            print("|" + "---:|" * (7 + len(names)))
+                  "no forward s | decode passes | " + " | ".join(f"{n} s" for n in names)
+                  + " |")  # fmt: skip
+            print("|" + "---:|" * (8 + len(names)))
             print("\n".join(boot_rows(rounds, names)))
             print("\n".join(phase_lines(rounds, names)))
             for spread in (boot_spread(rounds, args.stored, args.nightly),
-                           work_spread(rounds, args.stored, args.nightly)):  # fmt: skip
+                           work_spread(rounds, args.stored, args.nightly),
+                           step_spread(rounds, args.stored, args.nightly)):  # fmt: skip
                 if spread:
                     print(spread)
             print("\n".join(machine_lines(rounds, machines.get(name, {}), args.stored)))

@@ -650,6 +650,10 @@ def test_sglang_phase_seconds_come_from_its_device_timer_counters() -> None:
     engine = SGLangEngine()
     assert engine.phase_seconds(before, after) == {"eagle_draft": 0.5, "target_verify": 1.0}
     assert engine.phase_seconds(after, after) == {}  # nothing ran: no phase
+    # its forward passes by kind, a kind that did not run left out
+    assert engine.forward_passes(before, after) == {"decode_cuda_graph": 8.0,
+                                                    "prefill_cuda_graph": 4.0}  # fmt: skip
+    assert engine.forward_passes(after, after) == {}
     assert LlamaCppEngine().phase_seconds(before, after) == {}  # not exposed: nothing said
 
 
@@ -680,11 +684,14 @@ def test_the_driver_records_phase_time_and_gauges_of_runs_and_rounds(tmp_path: P
     for r in rounds:
         assert r.engine["phase_s"] == {"eagle_draft": 0.125 * per_round,
                                        "target_verify": 0.25 * per_round}  # fmt: skip
+        assert r.engine["passes"] == {"decode_cuda_graph": 2.0 * per_round,
+                                      "prefill_cuda_graph": 1.0 * per_round}  # fmt: skip
         assert r.accept_length == 4.0 and r.accept_source == "metrics-delta"
     doc = json.loads((tmp_path / "r.json").read_text())
     notes = level_notes("baseline", doc["configs"][0])
     spent = f"eagle_draft {125 * per_round} ms, target_verify {250 * per_round} ms"
-    assert f"baseline at 2 clients: GPU time per round by phase: {spent}" in notes
+    steps = f"{2 * per_round} decode steps a round, 187.50 ms of GPU work each"  # 0.375 s / 2
+    assert f"baseline at 2 clients: GPU time per round by phase: {spent}; {steps}" in notes
 
 
 def test_the_time_a_round_ran_no_forward_is_its_wall_less_its_gpu_seconds() -> None:
@@ -834,3 +841,31 @@ def test_the_h200_boots_spread_within_machines_less_than_across_them() -> None:
     assert lines[1] == f"{within}one boot's MDE against its own machine's 20 stored 7.9%"
     one = {boot: "m" for boot in machines["baseline"]}
     assert load_phases.machine_lines(rounds, one, [20]) == []  # one machine: nothing to split
+
+
+def test_gpu_work_per_decode_pass_leaves_out_the_occupancy() -> None:
+    """bench/load_phases.py: two boots whose rounds did the same work per decode step, one of
+    them in more steps (late arrivals: fewer requests a step), spread 0% per pass where their
+    work per round spread 3%; rounds without a pass count give no line."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import load_phases  # bench/load_phases.py
+
+    from pytest_specdec.measure.levels import rounds_of
+
+    config = {**_config("plain", {64: [9000.0] * 3}, session=1, args=())}
+    second = _config("plain", {64: [8700.0] * 3}, session=2, args=())
+    config["extra"]["load"] += second["extra"]["load"]
+    for r in config["extra"]["load"]:
+        steps = 640.0 if r["session"] == 1 else 660.0
+        passes = {"decode_cuda_graph": steps, "prefill_cuda_graph": 70.0}
+        r["engine"] = {"phase_s": {"decode": steps * 0.00577, "extend": 0.45}, "passes": passes}
+    rounds = [r for r in rounds_of(config, 64) if not r.warmup]
+    assert {load_phases.decode_passes(r) for r in rounds} == {640.0, 660.0}
+    per_round = load_phases.work_spread(rounds, [5])
+    assert per_round is not None and "sd of their logs 2.18%" in per_round
+    per_pass = load_phases.step_spread(rounds, [5])
+    assert per_pass == ("  GPU work per decode pass: 0.00577 / 0.00577 s: sd of their logs 0.00%; "
+                        "one boot's MDE against 5 stored 0.0%")  # fmt: skip
+    for r in rounds:
+        r.engine.pop("passes")
+    assert load_phases.step_spread(rounds, [5]) is None

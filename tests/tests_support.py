@@ -94,7 +94,8 @@ PHASES = "sglang:forward_execution_seconds_total"
 
 class FakeSGLang:
     """An SGLang chat endpoint whose /metrics counts verify calls, generated tokens, GPU time by
-    phase (the device timer's counter) and running requests, as 0.5.17 names them. It keeps
+    phase (the device timer's counter), forward passes and running requests, as 0.5.17 names
+    them. It keeps
     the paths asked for in order, whether the asking process's garbage collector was on at
     each chat request, and answers /freeze_gc with ``freeze_status``."""
 
@@ -113,6 +114,9 @@ class FakeSGLang:
             f'{PHASES}{{{labels},category="target_verify"}} {0.25 * n}',
             f'{PHASES}{{{labels},category="eagle_draft"}} {0.125 * n}',
             f'{PHASES}{{{labels},category="decode"}} 0.0',
+            f'sglang:cuda_graph_passes_total{{{labels},mode="decode_cuda_graph"}} {2 * n}',
+            f'sglang:cuda_graph_passes_total{{{labels},mode="prefill_cuda_graph"}} {n}',
+            f'sglang:cuda_graph_passes_total{{{labels},mode="decode_none"}} 0.0',
             f"sglang:num_running_reqs{{{labels}}} 2",
             f"sglang:num_queue_reqs{{{labels}}} 0",
         ]) + "\n"  # fmt: skip

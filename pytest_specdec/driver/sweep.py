@@ -110,6 +110,7 @@ class SweepSteps(Steps):
             return gauges(metrics) if metrics is not None and gauges is not None else None
 
         phases: dict[str, float] = {}
+        passes: dict[str, float] = {}
 
         async def measured() -> tuple[list[RunRecord], float, Counted, GaugeWatch]:
             before = await engine.spec_counters(client)
@@ -127,6 +128,9 @@ class SweepSteps(Steps):
                     counted = engine.accept_from_counters(before, after)
                     timed = getattr(engine, "phase_seconds", None)
                     phases.update(timed(before, after) if timed is not None else {})
+                    counted_passes = getattr(engine, "forward_passes", None)
+                    if counted_passes is not None:
+                        passes.update(counted_passes(before, after))
             return records, wall, counted, watch
 
         with collector_held():
@@ -141,6 +145,8 @@ class SweepSteps(Steps):
             facts["host"] = host
         if phases:  # GPU seconds per forward phase over the round (SGLang's device timer)
             facts["phase_s"] = phases
+        if passes:  # forward passes by kind over the round (SGLang's counter)
+            facts["passes"] = passes
         if facts.get("max_queued") is None and facts.get("log_max_queued") is not None:
             facts["max_queued"] = facts["log_max_queued"]
         result = summarize_round(

@@ -80,6 +80,10 @@ GRAPH_FLAGS = ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
 # the GPU and counts it by phase (category: decode, target_verify, eagle_draft, …).
 PHASE_TIME = "sglang:forward_execution_seconds_total"
 PHASE_LABEL = re.compile(r'[{,]category="([^"]*)"')
+# With --enable-metrics SGLang counts its forward passes by kind: a decode batch (one verify step
+# of a speculative config) and a logged prefill batch, in a CUDA graph or not.
+PASSES = "sglang:cuda_graph_passes_total"
+PASS_MODE = re.compile(r'[{,]mode="([^"]*)"')
 NO_GRAPH_FLAGS = ("--disable-cuda-graph", "--disable-decode-cuda-graph")
 # Prefill graphs off: 0.5.17's flags, and the older builds' piecewise graphs (the DDTree fork).
 NO_PREFILL_GRAPH_FLAGS = (
@@ -344,6 +348,20 @@ class SGLangEngine(EngineBase):
             if match:
                 spent = value - before.get(key, 0.0)
                 out[match.group(1)] = out.get(match.group(1), 0.0) + spent
+        return {k: v for k, v in sorted(out.items()) if v > 0}
+
+    def forward_passes(
+        self, before: Mapping[str, float], after: Mapping[str, float]
+    ) -> dict[str, float]:
+        """Forward passes between two /metrics reads by kind (``decode_cuda_graph``,
+        ``decode_none``, ``prefill_cuda_graph``, ``prefill_none``), summed over their other
+        labels: with the GPU seconds by phase, a round's GPU time per decode step, which the
+        batch's occupancy does not move (a round with late arrivals runs more steps)."""
+        out: dict[str, float] = {}
+        for key, value in after.items():
+            match = PASS_MODE.search(key) if key.startswith(PASSES + "{") else None
+            if match:
+                out[match.group(1)] = out.get(match.group(1), 0.0) + value - before.get(key, 0.0)
         return {k: v for k, v in sorted(out.items()) if v > 0}
 
     def accept_from_counters(

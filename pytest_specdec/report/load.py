@@ -14,6 +14,7 @@ from pytest_specdec.measure.host import host_summary
 from pytest_specdec.measure.levels import (
     LevelSummary,
     LoadLimits,
+    RoundResult,
     gauge_read_summary,
     gc_note,
     levels_of,
@@ -23,6 +24,7 @@ from pytest_specdec.measure.levels import (
     rounds_of,
     summarize_level,
 )
+from pytest_specdec.verdict.load import gpu_work_s
 
 LEVEL_HEADER = ["clients", "rounds", "out tok/s ±95%", "decode p50/p99", "TTFT p50/p99 ms",
                 "accept", "engine", "s"]  # fmt: skip
@@ -116,6 +118,7 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
             idle = no_forward_s(rounds)
             if idle is not None:
                 spent += f"; no forward {idle[0] * 1000:.0f} ms ({idle[1]:.1%} of the round)"
+            spent += step_text(rounds)
             out.append(f"{name} at {lv.clients} clients: GPU time per round by phase: {spent}")
         host = host_summary([r.engine.get("host") or {} for r in rounds if not r.warmup])
         if host:
@@ -124,6 +127,26 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
         if reads:
             out.append(f"{name} at {lv.clients} clients: {reads}")
     return out
+
+
+def step_text(rounds: Sequence[RoundResult]) -> str:
+    """``; 661 decode steps a round, 5.90 ms of the GPU's own work each``: the engine's decode
+    passes per round (a verify step each, speculating) and the GPU work (every phase but the
+    host-paced ones) per pass, over the measured rounds that counted both (empty: none did).
+    A round whose requests arrived late runs more steps, with fewer requests in each; the work
+    per step does not move with that."""
+    steps, work = [], []
+    for r in rounds:
+        passes = r.engine.get("passes") or {}
+        decode = sum(float(v) for k, v in passes.items() if str(k).startswith("decode"))
+        done = gpu_work_s(r.engine.get("phase_s") or {})
+        if r.ok and not r.warmup and decode > 0 and done:
+            steps.append(decode)
+            work.append(done / decode)
+    if not steps:
+        return ""
+    each = sum(work) / len(work) * 1000
+    return f"; {sum(steps) / len(steps):.0f} decode steps a round, {each:.2f} ms of GPU work each"
 
 
 def _ratio(v: Mapping[str, Any]) -> str:
