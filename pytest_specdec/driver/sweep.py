@@ -109,8 +109,7 @@ class SweepSteps(Steps):
             metrics = await fetch_metrics(client)
             return gauges(metrics) if metrics is not None and gauges is not None else None
 
-        phases: dict[str, float] = {}
-        passes: dict[str, float] = {}
+        timed: dict[str, Any] = {}  # what the engine's counters said of the round
 
         async def measured() -> tuple[list[RunRecord], float, Counted, GaugeWatch]:
             before = await engine.spec_counters(client)
@@ -121,17 +120,11 @@ class SweepSteps(Steps):
             finally:
                 stop.set()
                 await poll
-            counted = None
-            if before is not None:
-                after = await engine.spec_counters(client)
-                if after is not None:
-                    counted = engine.accept_from_counters(before, after)
-                    timed = getattr(engine, "phase_seconds", None)
-                    phases.update(timed(before, after) if timed is not None else {})
-                    counted_passes = getattr(engine, "forward_passes", None)
-                    if counted_passes is not None:
-                        passes.update(counted_passes(before, after))
-            return records, wall, counted, watch
+            after = await engine.spec_counters(client) if before is not None else None
+            if before is None or after is None:
+                return records, wall, None, watch
+            timed.update(counter_facts(engine, before, after))
+            return records, wall, engine.accept_from_counters(before, after), watch
 
         with collector_held():
             offset = _log_size(server.record.log_path)
@@ -140,13 +133,9 @@ class SweepSteps(Steps):
             with self._telemetry_window() as window:
                 records, wall, counted, watch = self.loop.run(measured())
             host = host_facts(host_before, snapshot(pids))
-        facts = {**watch.facts(), **self._log_facts(server, offset)}
+        facts = {**watch.facts(), **self._log_facts(server, offset), **timed}
         if host:  # the host's CPU over the round: steal, and the engine's processes
             facts["host"] = host
-        if phases:  # GPU seconds per forward phase over the round (SGLang's device timer)
-            facts["phase_s"] = phases
-        if passes:  # forward passes by kind over the round (SGLang's counter)
-            facts["passes"] = passes
         if facts.get("max_queued") is None and facts.get("log_max_queued") is not None:
             facts["max_queued"] = facts["log_max_queued"]
         result = summarize_round(
@@ -192,6 +181,22 @@ class SweepSteps(Steps):
         seen.append(telemetry)
         invalid = tuple(self.gpu_monitor.invalid(telemetry, seen))
         return replace(result, gpu=telemetry_dict(telemetry, result.output_tokens), invalid=invalid)
+
+
+def counter_facts(
+    engine: Any, before: dict[str, float], after: dict[str, float]
+) -> dict[str, dict[str, float]]:
+    """What two reads of the engine's counters around a round say of it, where its adapter
+    knows how: GPU seconds per forward phase (``phase_s``: SGLang's device timer) and forward
+    passes by kind (``passes``); a part the adapter lacks, or that counted nothing, is left
+    out."""
+    out = {}
+    for key, hook in (("phase_s", "phase_seconds"), ("passes", "forward_passes")):
+        read = getattr(engine, hook, None)
+        found = read(before, after) if read is not None else {}
+        if found:
+            out[key] = found
+    return out
 
 
 def _engine_pids(server: Server) -> list[int]:
