@@ -17,10 +17,11 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from pytest_specdec.core.results import atomic_replace
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -79,11 +80,7 @@ def file_sha256(path: Path, digest: Callable[[Path], str] = sha256_of) -> str:
 def _write_cache(path: Path, entry: dict[str, Any]) -> None:
     """Best effort and atomic: a cache that cannot be written costs a re-hash, nothing else."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(entry, fh)
-        os.replace(tmp, path)
+        atomic_replace(path, lambda tmp: tmp.write_text(json.dumps(entry), encoding="utf-8"))
     except OSError:
         return
 

@@ -13,7 +13,7 @@ import os
 import platform
 import socket
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -215,23 +215,36 @@ def replaced_mode(path: Path) -> int:
         return 0o666 & ~_umask()
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON to a temp file in the same folder, fsync, then rename over ``path``, with
-    the permissions of the file it replaces (or a new file's)."""
+def atomic_replace(path: Path, write: Callable[[Path], object], suffix: str = ".tmp") -> None:
+    """Write ``path`` whole or not at all: ``write`` fills a temp file in the same folder,
+    which gets the permissions of the file it replaces (or a new file's) and is renamed over
+    ``path``; if anything fails the temp file is removed and ``path`` is left as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = replaced_mode(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
     try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(_clean(data), fh, indent=2, sort_keys=True, allow_nan=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        write(Path(tmp))
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write JSON to a temp file in the same folder, fsync, then rename over ``path``, with
+    the permissions of the file it replaces (or a new file's)."""
+    clean = _clean(data)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(clean, fh, indent=2, sort_keys=True, allow_nan=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    atomic_replace(path, write)
 
 
 def results_document(

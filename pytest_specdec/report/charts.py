@@ -14,8 +14,6 @@ from __future__ import annotations
 import importlib
 import itertools
 import math
-import os
-import tempfile
 import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -25,7 +23,7 @@ from typing import Any
 
 from scipy import stats as sps
 
-from pytest_specdec.core.results import replaced_mode
+from pytest_specdec.core.results import atomic_replace
 from pytest_specdec.report.export import hardware_label, prompt_names, records
 from pytest_specdec.report.markdown import excluded
 from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
@@ -68,18 +66,12 @@ def _figure(width: float, height: float) -> Any:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    """Write the PNG atomically (temp file in the same folder, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = replaced_mode(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", metadata={"Software": "pytest-specdec"})
-        os.chmod(tmp, mode)  # mkstemp makes it private; a chart is an artefact to share
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write the PNG atomically (temp file in the same folder, then rename), shared as the
+    file it replaces was."""
+    atomic_replace(
+        path, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": "pytest-specdec"}),
+        suffix=".png",
+    )  # fmt: skip
     return path
 
 
