@@ -370,11 +370,12 @@ def test_each_stored_session_records_its_machine_and_a_night_elsewhere_says_so(
     # always: only tonight's machine's three (provisional: under five)
     judged = judge_baseline(home, home["configs"][0], tmp_path, POLICY, same_machine="always")
     assert judged.suite is not None and judged.suite.provisional
-    assert (f"judged against the 3 stored sessions of tonight's machine ({machine_of(home)}) of "
+    assert (f"judged against the 3 stored sessions of tonight's machine ({machine_of(home)}), of "
             "5 (--specdec-same-machine always)") in judged.notes  # fmt: skip
+    assert judged.against == "baseline (3 sessions)"
     assert machine_note(mine, [mine, None]) is None  # every known one is tonight's
     assert machine_note(mine, ["x", None, None]) == (
-        f"tonight's machine ({mine}) ran none of the 1 stored sessions, which ran on 1 other "
+        f"tonight's machine ({mine}) ran none of the 1 stored session, which ran on 1 other "
         "machine: under load the host's pace differs between machines and moves throughput "
         "with the GPU's work unchanged (the GPU-work verdict does not follow it); 2 stored "
         "sessions do not record their machine")  # fmt: skip
@@ -406,7 +407,7 @@ def test_a_night_is_judged_against_its_own_machines_sessions_once_five_are_store
     mine = machine_of(home)
     own, note = machine_history(baseline.sessions, mine, "auto", 5)
     assert len(own) == 5 and {s["machine"] for s in own} == {mine}
-    assert note == (f"judged against the 5 stored sessions of tonight's machine ({mine}) of 8 "
+    assert note == (f"judged against the 5 stored sessions of tonight's machine ({mine}), of 8 "
                     "(--specdec-same-machine auto)")  # fmt: skip
     judged = judge_baseline(home, home["configs"][0], tmp_path, POLICY)
     assert judged.suite is not None and not judged.suite.provisional
@@ -417,3 +418,17 @@ def test_a_night_is_judged_against_its_own_machines_sessions_once_five_are_store
     assert len(unknown) == 8 and cpu_note is None
     with pytest.raises(ValueError, match="--specdec-same-machine 'sometimes': one of auto"):
         machine_history(baseline.sessions, mine, "sometimes", 5)
+    # always, on a machine with nothing stored: no baseline to judge, said so, nothing raised
+    new = night("GPU-z", 10)
+    judged = judge_baseline(new, new["configs"][0], tmp_path, POLICY, same_machine="always")
+    assert judged.status == NO_BASELINE and judged.suite is None
+    assert judged.message.startswith(
+        f"no stored session of tonight's machine ({machine_of(new)}) among the 8 in {path} "
+        "(--specdec-same-machine always)")  # fmt: skip
+    # one of each: the counts read in the singular
+    assert machine_note(mine, [mine, "x"]) == (
+        f"tonight's machine ({mine}) ran 1 of the 2 stored sessions; the other 1 ran on 1 other "
+        "machine")  # fmt: skip
+    assert machine_note(mine, ["x", None]).endswith(  # type: ignore[union-attr]
+        "; 1 stored session does not record its machine"
+    )

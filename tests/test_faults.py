@@ -958,4 +958,4 @@ def test_an_unknown_same_machine_mode_is_a_usage_error_naming_the_modes(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     error = result.stderr.str()
     assert "--specdec-same-machine: invalid choice: 'sometimes'" in error, error
-    assert "'auto', 'always', 'never'" in error, error
+    assert all(mode in error.split("invalid choice")[1] for mode in ("auto", "always", "never"))

@@ -274,22 +274,43 @@ def judge_baseline(
     baseline = _comparable_baseline(judgement, results, config, root, allow_mismatch)
     machines = None
     if baseline is not None:
-        kept, machines = machine_history(
-            baseline.sessions, machine_of(results), same_machine, policy.min_history
-        )
-        baseline = replace(baseline, sessions=kept)
+        baseline, machines = _machine_history(judgement, results, baseline, same_machine, policy)
     if levels_of(config):
         judgement.load = _load_against_baseline(
             results, config, baseline, root, load_policy or policy, judgement.message
         )
-        judgement.load.notes += [machines] if machines else []
+        if machines and not config_measured(config):  # else the config's own notes say it
+            judgement.load.notes.append(machines)
+    if machines and config_measured(config):
+        judgement.notes.append(machines)
     if not config_measured(config) and judgement.status != MISMATCH:
         judgement.status, judgement.message = LOAD_ONLY, LOAD_ONLY_MESSAGE
         return judgement
     if baseline is None:
         return judgement
-    judgement.notes += [machines] if machines else []
     return _prompts_baseline(judgement, results, config, baseline, policy)
+
+
+def _machine_history(
+    judgement: Judgement, results: Mapping[str, Any], baseline: Baseline, same_machine: str,
+    policy: VerdictPolicy,
+) -> tuple[Baseline | None, str | None]:  # fmt: skip
+    """The stored sessions that judge tonight (verdict/machines.py), with the note that says
+    which; None, and the judgement closed as NO_BASELINE, where none of tonight's machine is
+    stored and ``same_machine`` asks for them alone."""
+    tonight = machine_of(results)
+    kept, note = machine_history(baseline.sessions, tonight, same_machine, policy.min_history)
+    if not kept:
+        judgement.status = NO_BASELINE
+        judgement.message = (
+            f"no stored session of tonight's machine ({tonight}) among the "
+            f"{len(baseline.sessions)} in {baseline.path} (--specdec-same-machine "
+            f"{same_machine}); store some with --specdec-update-baselines, or judge against "
+            "every machine's with --specdec-same-machine auto"
+        )
+        return None, None
+    judgement.against = f"baseline ({len(kept)} sessions)"
+    return replace(baseline, sessions=kept), note
 
 
 def _load_against_baseline(

@@ -45,17 +45,21 @@ def machine_note(tonight: str | None, stored: Sequence[str | None]) -> str | Non
         return None
     where = f"{others} other machine{'s' * (others > 1)}"
     if mine:
-        text = (f"tonight's machine ({tonight}) ran {mine} of the {len(known)} stored sessions; "
-                f"the other {len(known) - mine} ran on {where}")  # fmt: skip
+        rest = len(known) - mine
+        text = (f"tonight's machine ({tonight}) ran {mine} of the {_sessions(len(known))}; "
+                f"the other {rest} ran on {where}")  # fmt: skip
     else:
-        text = (f"tonight's machine ({tonight}) ran none of the {len(known)} stored sessions, "
-                f"which ran on {where}: under load the host's pace differs between machines and "
-                "moves throughput with the GPU's work unchanged (the GPU-work verdict does not "
-                "follow it)")  # fmt: skip
+        text = (f"tonight's machine ({tonight}) ran none of the {_sessions(len(known))}, which "
+                f"ran on {where}: under load the host's pace differs between machines and moves "
+                "throughput with the GPU's work unchanged (the GPU-work verdict does not follow "
+                "it)")  # fmt: skip
     unknown = len(stored) - len(known)
     verb = "do not record their" if unknown > 1 else "does not record its"
-    return text + (f"; {unknown} stored session{'s' * (unknown > 1)} {verb} machine"
-                   if unknown else "")  # fmt: skip
+    return text + (f"; {_sessions(unknown)} {verb} machine" if unknown else "")
+
+
+def _sessions(n: int) -> str:
+    return f"{n} stored session{'s' * (n != 1)}"
 
 
 def machine_history(
@@ -79,6 +83,6 @@ def machine_history(
         return every, None
     if mode == "auto" and len(mine) < least:
         return every, everything
-    note = (f"judged against the {len(mine)} stored sessions of tonight's machine ({tonight}) "
-            f"of {len(every)} (--specdec-same-machine {mode})")  # fmt: skip
+    note = (f"judged against the {_sessions(len(mine))} of tonight's machine ({tonight}), of "
+            f"{len(every)} (--specdec-same-machine {mode})")  # fmt: skip
     return mine, note
