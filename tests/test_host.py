@@ -181,6 +181,13 @@ def test_another_process_near_one_cpu_is_named() -> None:
         "busiest thread of another process: python3 0.55-0.60 CPUs; sglang::detoken "
         "0.20-0.60 CPUs")  # fmt: skip
     assert other_busy([facts(0.35, 0.2)]) is None  # SGLang's front at 16 clients
+    # a round in which the front out-ran the scheduler: it is that round's busiest, left out
+    # of that round alone, and the scheduler's loop is named for it
+    front_first = {**facts(0.9, 0.2), "busiest": {"name": "python3", "cpus": 1.1, "wait": 0.0}}
+    near = "(python3, sglang::schedul near one CPU: a thread that busy can pace what it serves)"
+    assert other_busy([facts(0.95, 0.2), front_first]) == (
+        f"busiest thread of another process: python3 0.95 CPUs; sglang::schedul 1.00 CPUs {near}"
+    )
     assert host_summary([facts(0.9, 0.2)]) == (
         "1 round: steal 0.00%, sglang::schedul ran 1.00 CPUs, waited at most 0.000, busiest "
         "thread of another process: python3 0.90 CPUs (python3 near one CPU: a thread that busy "

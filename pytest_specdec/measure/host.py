@@ -276,13 +276,13 @@ def other_busy(read: Sequence[Mapping[str, Any]]) -> str | None:
     go no faster, and what it serves (SGLang's HTTP server and tokenizer manager stream every
     token of every request) waits on it. The busiest process's own loop is left out: SGLang's
     scheduler polls and reads one CPU whatever its load."""
-    top = {str(f["busiest"]["name"]) for f in read if f.get("busiest")}
     per_name: dict[str, list[float]] = {}
     for facts in read:
+        top = str((facts.get("busiest") or {}).get("name"))  # this round's busiest process
         most: dict[str, float] = {}
         for thread in facts.get("busy_threads") or []:
             name = str(thread["name"])
-            if name not in top:
+            if name != top:
                 most[name] = max(most.get(name, 0.0), float(thread["cpus"]))
         for name, cpus in most.items():
             per_name.setdefault(name, []).append(cpus)
