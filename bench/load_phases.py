@@ -247,12 +247,13 @@ def gathered(
 
 
 def machine_lines(
-    rounds: Sequence[RoundResult], machine: dict[int, str], stored: Sequence[int]
-) -> list[str]:
+    rounds: Sequence[RoundResult], machine: dict[int, str], stored: Sequence[int],
+    nightly: int = 1,
+) -> list[str]:  # fmt: skip
     """Which machine ran which boots, and, where some machine ran two or more, the boots'
-    spread within machines (the sd of their logs pooled over the machines) and the MDE one
-    boot would have against that many stored boots of its own machine. Nothing for one
-    machine or unknown ones."""
+    spread within machines (the sd of their logs pooled over the machines) and the MDE a night
+    of ``nightly`` boots would have against that many stored boots of its own machine. Nothing
+    for one machine or unknown ones."""
     means = dict(zip(sorted({r.session for r in rounds}), boot_means(rounds), strict=True))
     by: dict[str, list[int]] = {}
     for boot in means:
@@ -266,9 +267,10 @@ def machine_lines(
         dof = sum(len(g) - 1 for g in groups)
         pooled = math.sqrt(sum(statistics.variance(g) * (len(g) - 1) for g in groups) / dof)
         each = " / ".join(f"{statistics.stdev(g):.2%}" for g in groups)
-        mdes = ", ".join(f"{k} stored {history_mde(pooled, k, 1):.1%}" for k in stored)
-        out.append(f"  within machines: sd of the boots' logs {each}, pooled {pooled:.2%}; one "
-                   f"boot's MDE against its own machine's {mdes}")  # fmt: skip
+        mdes = ", ".join(f"{k} stored {history_mde(pooled, k, nightly):.1%}" for k in stored)
+        night = "one boot's" if nightly == 1 else f"{nightly} boots'"
+        out.append(f"  within machines: sd of the boots' logs {each}, pooled {pooled:.2%}; "
+                   f"{night} MDE against its own machine's {mdes}")  # fmt: skip
     return out
 
 
@@ -382,7 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            step_spread(rounds, args.stored, args.nightly)):  # fmt: skip
                 if spread:
                     print(spread)
-            print("\n".join(machine_lines(rounds, machines.get(name, {}), args.stored)))
+            for line in machine_lines(rounds, machines.get(name, {}), args.stored, args.nightly):
+                print(line)
             plan = plan_line(rounds, args.stored, args.target, args.most_boots,
                              minutes.get(name))  # fmt: skip
             if plan:

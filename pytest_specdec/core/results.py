@@ -217,14 +217,17 @@ def replaced_mode(path: Path) -> int:
 
 def atomic_replace(path: Path, write: Callable[[Path], object], suffix: str = ".tmp") -> None:
     """Write ``path`` whole or not at all: ``write`` fills a temp file in the same folder,
-    which gets the permissions of the file it replaces (or a new file's) and is renamed over
-    ``path``; if anything fails the temp file is removed and ``path`` is left as it was."""
+    which is flushed to disk, gets the permissions of the file it replaces (or a new file's)
+    and is renamed over ``path``; if anything fails the temp file is removed and ``path`` is
+    left as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = replaced_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     os.close(fd)
     try:
         write(Path(tmp))
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -233,16 +236,14 @@ def atomic_replace(path: Path, write: Callable[[Path], object], suffix: str = ".
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON to a temp file in the same folder, fsync, then rename over ``path``, with
-    the permissions of the file it replaces (or a new file's)."""
+    """Write JSON atomically (``atomic_replace``), with the permissions of the file it
+    replaces (or a new file's)."""
     clean = _clean(data)
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(clean, fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
 
     atomic_replace(path, write)
 

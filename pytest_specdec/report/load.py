@@ -112,7 +112,7 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
         notes += [collected] if collected else []
         out += [f"{name} at {lv.clients} clients: {n}" for n in notes]
         rounds = rounds_of(config, lv.clients)
-        phases = phase_means(rounds)
+        phases = phase_means([r for r in rounds if not r.warmup])  # the measured rounds
         if phases:
             spent = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in phases.items())
             idle = no_forward_s(rounds)
