@@ -34,6 +34,7 @@ from pytest_specdec.core.results import load_results
 from pytest_specdec.measure.host import shared_cpus
 from pytest_specdec.measure.levels import (
     RoundResult,
+    decode_passes,
     levels_of,
     no_forward_s,
     phase_means,
@@ -198,14 +199,6 @@ def work_spread(
     but = ", ".join(sorted(HOST_PACED_PHASES))
     return _spread_line(f"GPU work (all phases but {but}) per round:", means, "s", ".3f",
                         stored, nightly)  # fmt: skip
-
-
-def decode_passes(r: RoundResult) -> float | None:
-    """The engine's decode passes in a round (SGLang's counter, ``engine.passes``; a verify
-    step each when speculating), None where not counted."""
-    passes = r.engine.get("passes") or {}
-    decode = sum(float(v) for k, v in passes.items() if str(k).startswith("decode"))
-    return decode or None
 
 
 def step_spread(

@@ -342,13 +342,7 @@ class SGLangEngine(EngineBase):
     ) -> dict[str, float]:
         """GPU seconds per forward phase, from the device timer's counters (summed over their
         other labels); empty unless SGLANG_ENABLE_METRICS_DEVICE_TIMER=1."""
-        out: dict[str, float] = {}
-        for key, value in after.items():
-            match = PHASE_LABEL.search(key) if key.startswith(PHASE_TIME + "{") else None
-            if match:
-                spent = value - before.get(key, 0.0)
-                out[match.group(1)] = out.get(match.group(1), 0.0) + spent
-        return {k: v for k, v in sorted(out.items()) if v > 0}
+        return _deltas_by_label(before, after, PHASE_TIME, PHASE_LABEL)
 
     def forward_passes(
         self, before: Mapping[str, float], after: Mapping[str, float]
@@ -357,12 +351,7 @@ class SGLangEngine(EngineBase):
         ``decode_none``, ``prefill_cuda_graph``, ``prefill_none``), summed over their other
         labels: with the GPU seconds by phase, a round's GPU time per decode step, which the
         batch's occupancy does not move (a round with late arrivals runs more steps)."""
-        out: dict[str, float] = {}
-        for key, value in after.items():
-            match = PASS_MODE.search(key) if key.startswith(PASSES + "{") else None
-            if match:
-                out[match.group(1)] = out.get(match.group(1), 0.0) + value - before.get(key, 0.0)
-        return {k: v for k, v in sorted(out.items()) if v > 0}
+        return _deltas_by_label(before, after, PASSES, PASS_MODE)
 
     def accept_from_counters(
         self, before: Mapping[str, float], after: Mapping[str, float]
@@ -390,3 +379,16 @@ class SGLangEngine(EngineBase):
                 lengths = [finite_or_none(s.get("avg_spec_accept_length")) for s in states]
                 return {"version": data.get("version"), "avg_spec_accept_length": lengths}
         return None
+
+
+def _deltas_by_label(
+    before: Mapping[str, float], after: Mapping[str, float], counter: str, label: re.Pattern[str]
+) -> dict[str, float]:
+    """How much ``counter`` grew between two /metrics reads, per value of one of its labels
+    (summed over the others), in label order; values that did not grow are left out."""
+    out: dict[str, float] = {}
+    for key, value in after.items():
+        match = label.search(key) if key.startswith(counter + "{") else None
+        if match:
+            out[match.group(1)] = out.get(match.group(1), 0.0) + value - before.get(key, 0.0)
+    return {k: v for k, v in sorted(out.items()) if v > 0}

@@ -330,6 +330,14 @@ def phase_means(rounds: Sequence[RoundResult]) -> dict[str, float]:
     return {k: sum(float(t.get(k, 0.0)) for t in timed) / len(timed) for k in keys}
 
 
+def decode_passes(r: RoundResult) -> float | None:
+    """The engine's decode passes in a round (SGLang's counter, ``engine.passes``: a verify
+    step each when speculating), None where not counted."""
+    passes = r.engine.get("passes") or {}
+    decode = sum(float(v) for k, v in passes.items() if str(k).startswith("decode"))
+    return decode or None
+
+
 def no_forward_s(rounds: Sequence[RoundResult]) -> tuple[float, float] | None:
     """Seconds per round in which the GPU ran no forward, and their share of the round: a
     round's wall time less the GPU seconds of every phase (the engine's device timer), over

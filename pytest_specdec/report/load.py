@@ -15,6 +15,7 @@ from pytest_specdec.measure.levels import (
     LevelSummary,
     LoadLimits,
     RoundResult,
+    decode_passes,
     gauge_read_summary,
     gc_note,
     levels_of,
@@ -137,10 +138,9 @@ def step_text(rounds: Sequence[RoundResult]) -> str:
     per step does not move with that."""
     steps, work = [], []
     for r in rounds:
-        passes = r.engine.get("passes") or {}
-        decode = sum(float(v) for k, v in passes.items() if str(k).startswith("decode"))
+        decode = decode_passes(r)
         done = gpu_work_s(r.engine.get("phase_s") or {})
-        if r.ok and not r.warmup and decode > 0 and done:
+        if r.ok and not r.warmup and decode and done:
             steps.append(decode)
             work.append(done / decode)
     if not steps:
