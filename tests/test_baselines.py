@@ -334,6 +334,14 @@ def test_key_mismatch_lists_only_identity_fields() -> None:
     assert key_mismatch(a, {**a, "engine": "vllm"}) == ["engine: 'llamacpp' → 'vllm'"]
 
 
+def _night(uuid: str, seed: int, speed: float = 100) -> dict[str, Any]:
+    """A night's results of config ``base`` measured on the GPU ``uuid``."""
+    doc = results_doc({"base": {"code": speed, "prose": speed * 0.8}}, seed=seed,
+                      started=f"n{seed}")  # fmt: skip
+    doc["gpu"] = {"devices": [{"name": "NVIDIA H200", "uuid": uuid, "driver_version": "1"}]}
+    return doc
+
+
 def test_each_stored_session_records_its_machine_and_a_night_elsewhere_says_so(
     tmp_path: Path,
 ) -> None:
@@ -341,26 +349,21 @@ def test_each_stored_session_records_its_machine_and_a_night_elsewhere_says_so(
     other machines says how many of them ran on its own (under load the host's pace differs
     between machines of one model), in the judgement's notes. A CPU run records none."""
 
-    def night(uuid: str, seed: int) -> dict[str, Any]:
-        doc = results_doc({"base": {"code": 100, "prose": 80}}, seed=seed, started=f"n{seed}")
-        doc["gpu"] = {"devices": [{"name": "NVIDIA H200", "uuid": uuid, "driver_version": "1"}]}
-        return doc
-
     assert machine_of(results_doc({"base": {"code": 1.0}})) is None
-    assert machine_of(night("GPU-a", 0)) == machine_of(night("GPU-a", 1)) != machine_of(
-        night("GPU-b", 0))  # fmt: skip
+    assert machine_of(_night("GPU-a", 0)) == machine_of(_night("GPU-a", 1)) != machine_of(
+        _night("GPU-b", 0))  # fmt: skip
     for seed, uuid in enumerate(["GPU-a", "GPU-a", "GPU-a", "GPU-b", "GPU-b"]):
-        doc = night(uuid, seed)
+        doc = _night(uuid, seed)
         update_baseline(doc, doc["configs"][0], tmp_path)
     (path,) = tmp_path.rglob("base--*.json")
     stored = [s["machine"] for s in json.loads(path.read_text())["sessions"]]
-    assert stored == [machine_of(night("GPU-a", 0))] * 3 + [machine_of(night("GPU-b", 0))] * 2
-    elsewhere = night("GPU-c", 9)
+    assert stored == [machine_of(_night("GPU-a", 0))] * 3 + [machine_of(_night("GPU-b", 0))] * 2
+    elsewhere = _night("GPU-c", 9)
     notes = judge_baseline(elsewhere, elsewhere["configs"][0], tmp_path, POLICY).notes
     mine = machine_of(elsewhere)
     assert (f"tonight's machine ({mine}) ran none of the 5 stored sessions, which ran on 2 other "
             "machines: under load the host's pace differs") in " | ".join(notes)  # fmt: skip
-    home = night("GPU-a", 8)
+    home = _night("GPU-a", 8)
     notes = judge_baseline(home, home["configs"][0], tmp_path, POLICY, same_machine="never").notes
     assert (f"tonight's machine ({machine_of(home)}) ran 3 of the 5 stored sessions; the other 2 "
             "ran on 1 other machine") in notes  # fmt: skip
@@ -389,21 +392,14 @@ def test_a_night_is_judged_against_its_own_machines_sessions_once_five_are_store
     stored beside others, only those five judge it, and the note says so; ``never`` keeps every
     session; a machine unknown tonight (a CPU run) is judged against all; a bad mode is named."""
 
-    def night(uuid: str, seed: int, speed: float = 100) -> dict[str, Any]:
-        doc = results_doc({"base": {"code": speed, "prose": speed * 0.8}}, seed=seed,
-                          started=f"n{seed}")  # fmt: skip
-        doc["gpu"] = {"devices": [{"name": "NVIDIA H200", "uuid": uuid, "driver_version": "1"}]}
-        return doc
-
     # five nights on a fast machine, three on one whose host paces everything 10% slower
-    for seed in range(5):
-        update_baseline(night("GPU-a", seed), night("GPU-a", seed)["configs"][0], tmp_path)
-    for seed in range(5, 8):
-        update_baseline(night("GPU-b", seed, 90), night("GPU-b", seed, 90)["configs"][0], tmp_path)
+    for seed in range(8):
+        doc = _night("GPU-a", seed) if seed < 5 else _night("GPU-b", seed, 90)
+        update_baseline(doc, doc["configs"][0], tmp_path)
     (path,) = tmp_path.rglob("base--*.json")
     baseline = load_baseline(path)
     assert baseline is not None
-    home = night("GPU-a", 9)
+    home = _night("GPU-a", 9)
     mine = machine_of(home)
     own, note = machine_history(baseline.sessions, mine, "auto", 5)
     assert len(own) == 5 and {s["machine"] for s in own} == {mine}
@@ -419,7 +415,7 @@ def test_a_night_is_judged_against_its_own_machines_sessions_once_five_are_store
     with pytest.raises(ValueError, match="--specdec-same-machine 'sometimes': one of auto"):
         machine_history(baseline.sessions, mine, "sometimes", 5)
     # always, on a machine with nothing stored: no baseline to judge, said so, nothing raised
-    new = night("GPU-z", 10)
+    new = _night("GPU-z", 10)
     judged = judge_baseline(new, new["configs"][0], tmp_path, POLICY, same_machine="always")
     assert judged.status == NO_BASELINE and judged.suite is None
     assert judged.message.startswith(
