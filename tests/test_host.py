@@ -160,6 +160,34 @@ def test_this_process_is_read_from_the_real_proc() -> None:
     assert 0 <= facts["steal_max_cpu"] <= 1
     assert facts["engine_cpu_s"] > 0 and facts["busiest"]["cpus"] > 0
     assert facts["busiest"]["on_cpu"] in os.sched_getaffinity(0)  # this thread ran 0.2 s
+    assert "client" not in facts  # read only when asked for
+
+
+def test_the_measuring_process_is_read_as_the_client(tmp_path: Path) -> None:
+    """The load generator's own CPU, apart from the engine's: its busiest thread near one CPU
+    says the client may be what paces a level."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    stat = {"user": 100, "system": 0, "idle": 900, "steal": 0, "idle0": 400, "idle1": 500}
+    _proc(first, stat, {10: ("sched", ["0 0 1"]), 20: ("pytest", ["100 0 1", "0 0 1"])})
+    # one second later: the client's event loop ran 0.85 s, another thread 0.1 s
+    _proc(second, {**stat, "idle": 1900, "idle0": 900, "idle1": 1000},
+          {10: ("sched", ["1000000000 0 1"]),
+           20: ("pytest", ["850000100 0 1", "100000000 0 1"])})  # fmt: skip
+    before, after = snapshot([10], first, client=20), snapshot([10], second, client=20)
+    assert 20 not in after.processes and after.client is not None
+    window = HostSnapshot(
+        before.at_ns + 10**9, after.cpu, after.processes, after.cpus, after.client
+    )
+    facts = host_facts(before, window)
+    assert facts["client"] == {"cpus": pytest.approx(0.95), "thread": pytest.approx(0.85)}
+    assert facts["engine_cpu_s"] == pytest.approx(1.0)  # the client is not the engine's
+    calm = {**facts, "client": {"cpus": 0.4, "thread": 0.3}}
+    assert host_summary([calm, facts]).endswith(  # type: ignore[union-attr]
+        "the load client's busiest thread 0.30-0.85 CPUs (near one CPU: the level may be paced "
+        "by the client, not the engine)")  # fmt: skip
+    assert host_summary([calm]).endswith("the load client's busiest thread 0.30 CPUs")  # type: ignore[union-attr]
+    gone = snapshot([10], second, client=99)  # no such process: nothing, never zeros
+    assert gone.client is None and "client" not in host_facts(before, gone)
 
 
 def test_another_process_near_one_cpu_is_named() -> None:

@@ -79,6 +79,8 @@ def test_levels_are_stored_per_level_then_each_judged_on_a_rerun(
             # where its decoding threads ran: CPUs of this machine, the busiest one's among them
             cpus = {t["cpu"] for t in host["busy_threads"]}
             assert cpus <= set(range(os.cpu_count() or 1)) and host["busiest"]["on_cpu"] in cpus
+            # the load client (this pytest process) read apart from the engine
+            assert 0 < host["client"]["thread"] <= host["client"]["cpus"]
         assert not [x for x in doc[name]["runs"] if x["phase"] == "load"]  # rows, not records
         assert doc[name]["extra"]["cost"][0]["load_s"] > 0
     spec = [r for r in doc["draft-np2"]["extra"]["load"] if not r["warmup"]]

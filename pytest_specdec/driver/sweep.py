@@ -12,6 +12,7 @@ these hooks is measured all the same.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -129,10 +130,10 @@ class SweepSteps(Steps):
         with collector_held():
             offset = _log_size(server.record.log_path)
             pids = _engine_pids(server)
-            host_before = snapshot(pids)
+            host_before = snapshot(pids, client=os.getpid())
             with self._telemetry_window() as window:
                 records, wall, counted, watch = self.loop.run(measured())
-            host = host_facts(host_before, snapshot(pids))
+            host = host_facts(host_before, snapshot(pids, client=os.getpid()))
         facts = {**watch.facts(), **self._log_facts(server, offset), **timed}
         if host:  # the host's CPU over the round: steal, and the engine's processes
             facts["host"] = host

@@ -14,6 +14,9 @@ GPU waits. Two readings of Linux's ``/proc``, one before and one after a window,
   with both as CPUs' worth over the window (1.0: one CPU all the time; several threads can make
   it more). A thread started during the window counts in full; one that ended during it is not
   seen (its time is lost, never negative);
+* the measuring process itself (``client``: the load generator, whose event loop reads every
+  streamed event of every client on one thread): CPUs' worth it ran, and its busiest thread's,
+  so that a level paced by the client is not taken for one paced by the engine;
 * where the engine's busy threads ran (``/proc/<pid>/task/<tid>/stat``: the CPU each thread was
   last on when the window ended): the busiest process's busiest thread's CPU, and every thread
   that ran a tenth of a CPU or more, so that rounds and boots can be told apart by placement
@@ -57,6 +60,7 @@ class HostSnapshot:
     cpu: Ticks | None
     processes: Mapping[int, ProcessTimes] = field(default_factory=dict)
     cpus: Mapping[str, Ticks] = field(default_factory=dict)
+    client: ProcessTimes | None = None
 
 
 def _ticks(parts: list[str]) -> dict[str, int]:
@@ -130,8 +134,10 @@ def process_times(pid: int, proc: Path = PROC) -> ProcessTimes | None:
     return ProcessTimes(name, threads, last_cpu) if threads else None
 
 
-def snapshot(pids: Iterable[int] = (), proc: Path = PROC) -> HostSnapshot:
-    """Read the machine's CPU ticks and each of ``pids`` now."""
+def snapshot(
+    pids: Iterable[int] = (), proc: Path = PROC, client: int | None = None
+) -> HostSnapshot:
+    """Read the machine's CPU ticks, each of ``pids`` and the ``client`` process now."""
     processes = {}
     for pid in pids:
         times = process_times(pid, proc)
@@ -139,7 +145,8 @@ def snapshot(pids: Iterable[int] = (), proc: Path = PROC) -> HostSnapshot:
             processes[pid] = times
     lines = cpu_lines(_read(proc / "stat") or "")
     total = lines.pop("cpu", None)
-    return HostSnapshot(time.monotonic_ns(), total, processes, lines)
+    mine = process_times(client, proc) if client is not None else None
+    return HostSnapshot(time.monotonic_ns(), total, processes, lines, mine)
 
 
 def _shares(before: Ticks, after: Ticks) -> dict[str, float] | None:
@@ -214,7 +221,16 @@ def host_facts(before: HostSnapshot, after: HostSnapshot) -> dict[str, Any]:
             out["busiest"]["on_cpu"] = mine[0]["cpu"]
         if busy:
             out["busy_threads"] = busy
+    if after.client is not None and wall_ns > 0:
+        out["client"] = client_cpus(before.client, after.client, wall_ns)
     return out
+
+
+def client_cpus(before: ProcessTimes | None, after: ProcessTimes, wall_ns: int) -> dict[str, Any]:
+    """The measuring process over a window: ``cpus`` (CPUs' worth its threads ran) and
+    ``thread`` (its busiest thread's)."""
+    ran = [_thread_spent(before, after, tid)[0] for tid in after.threads]
+    return {"cpus": sum(ran) / wall_ns, "thread": max(ran) / wall_ns}
 
 
 def shared_cpus(busy_threads: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -259,6 +275,11 @@ def host_summary(rounds: Sequence[Mapping[str, Any]]) -> str | None:
     others = other_busy(read)
     if others:
         parts.append(others)
+    mine = [float(f["client"]["thread"]) for f in read if f.get("client")]
+    if mine:
+        near = (" (near one CPU: the level may be paced by the client, not the engine)"
+                if max(mine) >= NEAR_ONE_CPU else "")  # fmt: skip
+        parts.append(f"the load client's busiest thread {_span(mine, '.2f')} CPUs{near}")
     crowded = [f for f in read if shared_cpus(f.get("busy_threads") or [])]
     if crowded:
         parts.append(f"busy threads shared a CPU in {len(crowded)} of them")
