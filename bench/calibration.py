@@ -37,7 +37,9 @@ from pytest_specdec.verdict.stats import (
     SessionSummary,
     Verdict,
     VerdictPolicy,
+    against_history_borrowed,
     against_history_sessions,
+    pooled_spread,
     welch_log,
 )
 
@@ -57,6 +59,8 @@ class Scenario:
     known_between: bool = False  # A/B given the true between-session CV (from a history)
     by_session: bool = False  # A/B: Welch between session means instead of runs
     adaptive: bool = False  # sequential_plan over 1..sessions new sessions
+    donors: int = 0  # a short history borrows the spread of one other config's this many sessions
+    donor_between: float | None = None  # that config's between-session CV, if not ``between``
 
     def plan(self, policy: VerdictPolicy) -> SequentialPlan | None:
         if not self.adaptive:
@@ -71,6 +75,9 @@ class Scenario:
             return f"A/B welch on {unit}" + (", δ from between CV" if self.known_between else "")
         if self.adaptive:
             return "prediction-interval, adaptive"
+        if self.donors and self.k < 5:
+            other = "" if self.donor_between is None else f", its between {self.donor_between:.1%}"
+            return f"borrowed-spread ({self.donors} sessions of another config{other})"
         return "prediction-interval" if self.k >= 5 else "welch-provisional"
 
 
@@ -97,15 +104,27 @@ SCENARIOS = (
     Scenario(0.03, 0.035, 1, ab=True, known_between=True),
     Scenario(0.02, 0.015, 3, sessions=3, ab=True),
     Scenario(0.02, 0.015, 3, sessions=3, ab=True, by_session=True),
+    # appended, so that the rows above keep their seeds
+    Scenario(0.02, 0.015, 1),
+    Scenario(0.02, 0.015, 1, donors=10),
+    Scenario(0.02, 0.015, 3, donors=10),
+    Scenario(0.03, 0.035, 1),
+    Scenario(0.03, 0.035, 1, donors=10),
+    Scenario(0.03, 0.035, 3, donors=10),
+    Scenario(0.02, 0.03, 1, donors=10, donor_between=0.015),  # the judged config spreads more
 )
 
 
 def simulate(rng: np.random.Generator, sc: Scenario, trials: int, change: float) -> Logs:
-    """ln(tok/s) of shape (trials, k + sessions, runs); the last ``sessions`` are new."""
-    n_sessions = sc.k + sc.sessions
+    """ln(tok/s) of shape (trials, donors + k + sessions, runs): another config's sessions
+    (its own level and between-session CV), the history, and the last ``sessions``, new."""
+    n_sessions = sc.donors + sc.k + sc.sessions
     effect = rng.normal(0.0, sc.between, (trials, n_sessions, 1))
+    if sc.donor_between is not None:
+        effect[:, : sc.donors] *= sc.donor_between / sc.between
     logs = math.log(100.0) + effect + rng.normal(0.0, sc.within, (trials, n_sessions, sc.runs))
-    logs[:, sc.k :, :] += math.log1p(-change)
+    logs[:, sc.donors :, :] += math.log(1.3)  # the other config runs at a speed of its own
+    logs[:, sc.donors + sc.k :, :] += math.log1p(-change)
     return logs
 
 
@@ -117,6 +136,9 @@ def _judge(
     logs: Logs, mean: Logs, sd: Logs, sc: Scenario, policy: VerdictPolicy, plan: Plan
 ) -> Verdict:
     """One night (one trial's slices) through the verdict engine."""
+    if sc.donors:
+        other = _summaries(mean[: sc.donors], sd[: sc.donors], sc.runs)
+        logs, mean, sd = logs[sc.donors :], mean[sc.donors :], sd[sc.donors :]
     if sc.ab:
         cv = sc.between if sc.known_between else None
         a, b = (mean[sc.k :], mean[: sc.k]) if sc.by_session else (logs[sc.k :], logs[: sc.k])
@@ -125,6 +147,10 @@ def _judge(
         )
     history = _summaries(mean[: sc.k], sd[: sc.k], sc.runs)
     new = _summaries(mean[sc.k :], sd[sc.k :], sc.runs)
+    if sc.donors and sc.k < policy.min_history:
+        spread = pooled_spread([("other", other)], policy.min_history, own=history)
+        assert spread is not None
+        return against_history_borrowed(new, history, spread, policy)
     if plan is None:
         return against_history_sessions(new, history, policy)
     for m in plan.looks:
@@ -149,7 +175,7 @@ def engine_fails(
 
 def mean5_fails(logs: Logs, sc: Scenario) -> float:
     """pytest-benchmark mean:5%: first new session vs the last stored session."""
-    toks = np.exp(logs)
+    toks = np.exp(logs[:, sc.donors :])
     new, last = toks[:, sc.k, :].mean(axis=1), toks[:, sc.k - 1, :].mean(axis=1)
     return float(np.mean(new < 0.95 * last))
 

@@ -7,7 +7,9 @@ server session per config. Noise in log space: a boot effect shared by every lev
 The history holds ``k`` past sessions per level. A change of ``drop`` hits the levels from
 ``hit_from`` clients on (a kernel that slows only large batches); the others stay as they were.
 Judged with the suite's own functions: the prediction interval with ``k`` >= 5 stored sessions,
-provisional Welch below, Holm across every (config, level) verdict (verdict/load.py).
+provisional Welch below, or with ``donors`` > 0 the spread borrowed from a config stored beside
+it with that many sessions of the same noise; Holm across every (config, level) verdict
+(verdict/load.py).
 
     python bench/load_calibration.py               # the table in docs/statistics.md
     python bench/load_calibration.py --trials 300  # quicker, coarser
@@ -23,7 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_specdec.verdict.compare import history_verdict
-from pytest_specdec.verdict.stats import Outcome, SessionSummary, VerdictPolicy, adjust_verdicts
+from pytest_specdec.verdict.stats import (
+    Outcome,
+    SessionSummary,
+    Verdict,
+    VerdictPolicy,
+    adjust_verdicts,
+    pooled_spread,
+)
 
 LEVELS = (1, 4, 16, 64)
 
@@ -38,6 +47,7 @@ class Scenario:
     configs: int = 4
     drop: float = 0.0
     hit_from: int = 16  # the levels a drop hits: clients >= this
+    donors: int = 0  # a plain config stored beside each with this many sessions (0: none)
 
 
 @dataclass(frozen=True)
@@ -59,21 +69,34 @@ def _sessions(rng: np.random.Generator, sc: Scenario, n: int) -> np.ndarray:
 
 def night(rng: np.random.Generator, sc: Scenario, policy: VerdictPolicy) -> list[list[Outcome]]:
     """One night: per config, the outcome of each level after Holm across them all."""
-    verdicts, mdes = [], []
+    verdicts = []
+    donor = _sessions(rng, sc, sc.donors) if sc.donors else None
     for _ in range(sc.configs):
         past, new = _sessions(rng, sc, sc.k), _sessions(rng, sc, 1)[0]
         hit = np.array([c >= sc.hit_from for c in LEVELS])
         new = new + np.where(hit, math.log1p(-sc.drop), 0.0)[:, None]
-        for i in range(len(LEVELS)):
-            history = [SessionSummary(sc.rounds, float(s[i].mean()), float(s[i].std(ddof=1)))
-                       for s in past]  # fmt: skip
-            raw = np.exp(past[:, i, :]).ravel().tolist()
-            v = history_verdict([np.exp(new[i]).tolist()], history, raw, policy)
-            verdicts.append(v)
-            mdes.append(v.mde)
+        verdicts += [_level_verdict(past, new, donor, i, sc, policy) for i in range(len(LEVELS))]
     adjusted = adjust_verdicts(verdicts, policy)
     n = len(LEVELS)
     return [[v.outcome for v in adjusted[c * n : (c + 1) * n]] for c in range(sc.configs)]
+
+
+def _summaries(sessions: np.ndarray, i: int, rounds: int) -> list[SessionSummary]:
+    return [SessionSummary(rounds, float(s[i].mean()), float(s[i].std(ddof=1))) for s in sessions]
+
+
+def _level_verdict(
+    past: np.ndarray, new: np.ndarray, donor: np.ndarray | None, i: int, sc: Scenario,
+    policy: VerdictPolicy,
+) -> Verdict:  # fmt: skip
+    """Level ``i`` of one config judged against its ``past`` sessions (and a donor's spread)."""
+    history = _summaries(past, i, sc.rounds)
+    raw = np.exp(past[:, i, :]).ravel().tolist()
+    spread = None
+    if donor is not None and sc.k < policy.min_history:
+        others = [("plain", _summaries(donor, i, sc.rounds))]
+        spread = pooled_spread(others, policy.min_history, own=history)
+    return history_verdict([np.exp(new[i]).tolist()], history, raw, policy, spread)
 
 
 POLICY = VerdictPolicy()
@@ -102,10 +125,9 @@ def rates(sc: Scenario, trials: int, seed: int, policy: VerdictPolicy = POLICY) 
 
 
 def night_mde(rng: np.random.Generator, sc: Scenario, policy: VerdictPolicy) -> float:
+    donor = _sessions(rng, sc, sc.donors) if sc.donors else None
     past, new = _sessions(rng, sc, sc.k), _sessions(rng, sc, 1)[0]
-    history = [SessionSummary(sc.rounds, float(s[0].mean()), float(s[0].std(ddof=1))) for s in past]
-    raw = np.exp(past[:, 0, :]).ravel().tolist()
-    return history_verdict([np.exp(new[0]).tolist()], history, raw, policy).mde
+    return _level_verdict(past, new, donor, 0, sc, policy).mde
 
 
 SCENARIOS = [
@@ -115,6 +137,7 @@ SCENARIOS = [
     Scenario(k=10, within=0.01, between=0.01, shared=0.01),
     Scenario(k=10, within=0.02, between=0.02, shared=0.02),
     Scenario(k=20, within=0.02, between=0.02, shared=0.02),
+    Scenario(k=1, within=0.01, between=0.02, donors=10),
 ]
 
 
@@ -134,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         null = rates(sc, args.trials, args.seed + 10 * i)
         drop = rates(Scenario(**{**sc.__dict__, "drop": 0.10}), args.trials, args.seed + 10 * i + 5)
         noise = f"{sc.within:.0%} / {sc.between:.1%} ({sc.shared:.0%})"
-        print(f"| {sc.k} | {noise} | {null.false_alarm_nights:.1%} | {drop.power:.2f} | "
+        k = f"{sc.k}, spread of {sc.donors} beside it" if sc.donors else str(sc.k)
+        print(f"| {k} | {noise} | {null.false_alarm_nights:.1%} | {drop.power:.2f} | "
               f"{drop.unchanged_unhit:.2f} | {null.mde:.1%} |")  # fmt: skip
     return 0
 

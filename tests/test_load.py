@@ -590,10 +590,14 @@ def test_holm_across_sixteen_levels_keeps_false_alarm_nights_rare_and_finds_a_lo
 
 def test_a_one_session_baseline_alarms_when_boots_differ() -> None:
     """Why a level's baseline wants several sessions: against one stored session (a provisional
-    Welch on rounds), a 2% boot-to-boot spread flags most nights."""
+    Welch on rounds), a 2% boot-to-boot spread flags most nights; borrowing the boots' spread
+    from a config stored beside it flags few."""
     cal = _calibration()
     spread = cal.rates(cal.Scenario(k=1, within=0.01, between=0.02), 60, seed=23)
     assert spread.false_alarm_nights >= 0.4, spread
+    # the same nights' levels borrowing the spread of ten sessions of a config stored beside
+    borrowed = cal.rates(cal.Scenario(k=1, within=0.01, between=0.02, donors=10), 60, seed=23)
+    assert borrowed.false_alarm_nights <= 0.1, borrowed
 
 
 # --- per-phase GPU time and gauges through the driver (a MockTransport SGLang) ----------------
@@ -869,3 +873,66 @@ def test_gpu_work_per_decode_pass_leaves_out_the_occupancy() -> None:
     for r in rounds:
         r.engine.pop("passes")
     assert load_phases.step_spread(rounds, [5]) is None
+
+
+def _night_of(name: str, seed: int, shift: float, args: tuple[str, ...]) -> dict[str, Any]:
+    """One boot of ``name`` at 1 and 16 clients: five rounds 0.5% apart around a level moved
+    by the boot's own ``shift`` (the session effect)."""
+    levels = {c: _noisy(seed * 100 + c, 100.0 * (1 + c) * shift, cv=0.005) for c in (1, 16)}
+    doc = _results(_config(name, levels, args=args))
+    doc["started_at"] = f"2026-12-{seed + 1:02d}T00:00:00+00:00"
+    return doc
+
+
+def test_a_short_history_borrows_the_spread_of_the_configs_stored_beside_it(
+    tmp_path: Path,
+) -> None:
+    """One stored boot of a speculative config says nothing of how boots spread; Welch on its
+    rounds takes a boot's own 4% wobble for a regression. Judged as the plugin judges it, the
+    level borrows the spread of the plain config stored beside it with six boots (the same
+    engine settings, workload and hardware): 4% is within it, 15% is not."""
+    from pytest_specdec.verdict.baselines import baseline_path, key_for, load_baseline
+    from pytest_specdec.verdict.judge import judge_baseline
+    from pytest_specdec.verdict.sessions import update_baseline
+
+    plain, spec = (), ("--spec-type", "draft-simple")
+    effects = [1.0, 1.04, 0.97, 1.02, 0.96, 1.01]  # how six boots of the plain config landed
+    for seed, shift in enumerate(effects):
+        doc = _night_of("plain", seed, shift, plain)
+        update_baseline(doc, doc["configs"][0], tmp_path)
+        other = _night_of("alien", seed, shift * 0.8, plain)  # another workload: not a neighbour
+        other["workload"]["sha256"] = "w2"
+        update_baseline(other, other["configs"][0], tmp_path)
+    stored = _night_of("spec", 10, 1.0, spec)
+    path = update_baseline(stored, stored["configs"][0], tmp_path).split(": ")[1]
+    (Path(path).parent / "broken--m.json").write_text("{")  # unreadable: left out, not raised
+
+    def judged(shift: float, seed: int, borrow: bool = True) -> dict[int, Any]:
+        doc = _night_of("spec", seed, shift, spec)
+        if borrow:
+            load = judge_baseline(doc, doc["configs"][0], tmp_path, POLICY).load
+        else:  # the level judged on its rounds alone
+            found = load_baseline(baseline_path(tmp_path, key_for(doc, doc["configs"][0])))
+            assert found is not None
+            load = judge_load_history(doc["configs"][0], found, POLICY)
+        assert load is not None
+        adjust_load([load], POLICY)
+        return {c: lv.verdict for c, lv in load.levels.items()}
+
+    wobble = judged(0.96, 11)  # another boot, nothing changed
+    for v in wobble.values():
+        assert v.method == "borrowed-spread" and v.provisional, v.explanation
+        assert v.outcome is not Outcome.REGRESSED, v.explanation
+        assert v.spread_source == "plain (6 sessions)" and (v.n_new, v.n_ref, v.df) == (1, 1, 5)
+        assert "borrowed from plain (6 sessions)" in v.explanation
+    # the same boot judged on its rounds alone (no neighbour) is the false alarm
+    alone = judged(0.96, 11, borrow=False)
+    assert {v.method for v in alone.values()} == {"welch-provisional"}
+    assert {v.outcome for v in alone.values()} == {Outcome.REGRESSED}
+    slow = judged(0.85, 12)
+    assert {c: v.outcome for c, v in slow.items()} == {1: Outcome.REGRESSED, 16: Outcome.REGRESSED}
+    # the plain config's own six boots are judged on their own history: nothing borrowed
+    again = _night_of("plain", 13, 1.0, plain)
+    load = judge_baseline(again, again["configs"][0], tmp_path, POLICY).load
+    assert load is not None and {lv.verdict.method for lv in load.levels.values()
+                                 if lv.verdict} == {"prediction-interval"}  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -18,11 +19,13 @@ from pytest_specdec.verdict.stats import (
     Verdict,
     VerdictPolicy,
     adjust_verdicts,
+    against_history_borrowed,
     against_history_sessions,
     between_session_cv,
     decision_delta,
     geometric_mean,
     holm,
+    pooled_spread,
     tost,
     welch_log,
 )
@@ -427,3 +430,43 @@ def test_suite_session_and_history() -> None:
     assert hist == [s, s, s]
     with pytest.raises(ValueError, match="same sessions"):
         suite_history({"a": [a, a], "b": [b]})
+
+
+def test_a_spread_pooled_from_other_configs_judges_a_short_history() -> None:
+    """A history of one or two sessions borrows the spread of session means from configs
+    with five or more (their variances pooled by degrees of freedom, the judged config's own
+    sessions in the pool from two): the t of a prediction interval with the pool's df, exact
+    against scipy, provisional, naming where the spread came from."""
+
+    def sessions(means: Sequence[float]) -> list[SessionSummary]:
+        return [SessionSummary(4, math.log(m), 0.004) for m in means]
+
+    a = [100, 103, 98, 101, 97, 102]  # six sessions
+    b = [50, 51, 49.5, 50.5, 49, 50.2, 50.8]  # seven, spread less
+    few = sessions([80, 82, 79])  # under min_history: not a donor
+    spread = pooled_spread([("a", sessions(a)), ("b", sessions(b)), ("few", few)], 5)
+    assert spread is not None and spread.df == 5 + 6
+    la, lb = np.log(a), np.log(b)
+    pooled = (5 * np.var(la, ddof=1) + 6 * np.var(lb, ddof=1)) / 11
+    assert spread.sd == pytest.approx(math.sqrt(pooled), rel=1e-12)
+    assert spread.source == "a (6 sessions), b (7 sessions)"
+    own = sessions([200, 190])
+    with_own = pooled_spread([("a", sessions(a)), ("b", sessions(b))], 5, own=own)
+    assert with_own is not None and with_own.df == 12
+    assert with_own.source == "a (6 sessions), b (7 sessions) and this config's own 2"
+    assert pooled_spread([("few", few)], 5, own=own) is None  # no donor: nothing borrowed
+    assert pooled_spread([("flat", sessions([5.0] * 6))], 5) is None  # no spread shown
+
+    history, new = sessions([200.0]), sessions([190.0])
+    v = against_history_borrowed(new, history, spread, VerdictPolicy())
+    se = spread.sd * math.sqrt(2)
+    t = math.log(190 / 200) / se
+    assert v.method == "borrowed-spread" and v.provisional and v.df == 11
+    assert v.p_regress == pytest.approx(sps.t.cdf(t, 11), rel=1e-9)
+    half = sps.t.ppf(0.95, 11) * se
+    assert v.ci_low == pytest.approx(0.95 * math.exp(-half), rel=1e-9)
+    assert v.between_cv == spread.sd and v.spread_source == spread.source
+    assert v.explanation.endswith(f"borrowed from {spread.source}")
+    assert v.to_dict()["spread_source"] == spread.source
+    with pytest.raises(ValueError, match="at least one session on each side"):
+        against_history_borrowed([], history, spread)

@@ -143,12 +143,15 @@ class FakeSGLang:
                               headers={"content-type": "text/event-stream"})  # fmt: skip
 
 
-def load_judged(run: Path, baselines: Path, stored: int | None = None) -> dict[str, Any]:
+def load_judged(
+    run: Path, baselines: Path, stored: int | None = None, borrow: bool = True
+) -> dict[str, Any]:
     """Each config's load levels of an H200 run judged again against the boots stored in
     ``baselines`` (the first ``stored`` of them, where given: what was stored before the run),
-    Holm across them all: config -> clients -> level judgement."""
+    a short history borrowing the spread of the other configs' files there (all their boots)
+    unless ``borrow`` is False, Holm across them all: config -> clients -> level judgement."""
     from pytest_specdec.core.results import load_results
-    from pytest_specdec.verdict.baselines import load_baseline
+    from pytest_specdec.verdict.baselines import key_for, load_baseline, neighbours
     from pytest_specdec.verdict.load import adjust_load, judge_load_history
 
     doc, policy = load_results(run), VerdictPolicy()
@@ -160,6 +163,8 @@ def load_judged(run: Path, baselines: Path, stored: int | None = None) -> dict[s
         assert baseline is not None
         if stored is not None:
             baseline = replace(baseline, sessions=baseline.sessions[:stored])
-        out[config["name"]] = judge_load_history(config, baseline, policy)
+        root = baselines.parent.parent  # <root>/<hardware>/<engine>/<config>--<model>.json
+        nearby = neighbours(root, key_for(doc, config)) if borrow else []
+        out[config["name"]] = judge_load_history(config, baseline, policy, nearby)
     adjust_load(list(out.values()), policy)
     return {name: judged.levels for name, judged in out.items()}

@@ -25,6 +25,7 @@ from pytest_specdec.report.summary import (
 )
 from pytest_specdec.verdict.acceptance import short
 from pytest_specdec.verdict.sessions import position_rates
+from pytest_specdec.verdict.stats import SESSION_METHODS
 
 INVALIDATING = set(decode_reasons(DEFAULT_INVALIDATING_BITS))
 NONE = "-"
@@ -126,7 +127,7 @@ def _more(v: Mapping[str, Any]) -> str:
     """How much more data would decide an INCONCLUSIVE verdict."""
     if v.get("outcome") != "INCONCLUSIVE":
         return NONE
-    unit = "sessions" if v.get("method") == "prediction-interval" else "runs"
+    unit = "sessions" if v.get("method") in SESSION_METHODS else "runs"
     n = v.get("runs_needed")
     return f"~{n} {unit}" if n is not None else f"too many {unit}"
 

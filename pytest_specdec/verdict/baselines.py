@@ -301,6 +301,32 @@ def load_baseline(path: Path) -> Baseline | None:
     return _check_document(data, path)
 
 
+# What a config's key shares with other configs measured the same way (everything but the
+# config and its drafter).
+SHARED_FIELDS = tuple(
+    f for f in IDENTITY_FIELDS if f not in ("config", "config_sha256", "draft_model")
+)
+
+
+def neighbours(root: Path, key: Mapping[str, Any]) -> list[Baseline]:
+    """The other configs' baselines stored beside ``key``'s: the same hardware, engine, engine
+    settings, target model, workload, sampling and protocol, so their sessions show how far
+    sessions measured this way spread. A file that cannot be read is left out here (judging
+    its own config reports it)."""
+    own = baseline_path(root, key)
+    out = []
+    for path in sorted(own.parent.glob("*.json")):
+        if path == own:
+            continue
+        try:
+            found = load_baseline(path)
+        except BaselineError:
+            continue
+        if found is not None and all(found.key.get(f) == key.get(f) for f in SHARED_FIELDS):
+            out.append(found)
+    return out
+
+
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
     """An exclusive advisory lock on ``path``'s sibling lock file (blocks other writers)."""

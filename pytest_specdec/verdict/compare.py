@@ -11,8 +11,10 @@ from collections.abc import Mapping, Sequence
 from pytest_specdec.verdict.sessions import session_means
 from pytest_specdec.verdict.stats import (
     SessionSummary,
+    Spread,
     Verdict,
     VerdictPolicy,
+    against_history_borrowed,
     against_history_sessions,
     welch_log,
 )
@@ -40,11 +42,17 @@ def history_verdict(
     history: Sequence[SessionSummary],
     raw: Sequence[float],
     policy: VerdictPolicy,
+    spread: Spread | None = None,
 ) -> Verdict:
-    """New sessions (lists of tok/s) against the stored history of session summaries."""
+    """New sessions (lists of tok/s) against the stored history of session summaries; a
+    history shorter than ``policy.min_history`` with the ``spread`` of other configs' sessions
+    where one is known (provisional either way)."""
     if len(history) >= policy.min_history:
         summaries = [SessionSummary.from_values(values) for values in new]
         return against_history_sessions(summaries, history, policy)
+    if spread is not None:
+        summaries = [SessionSummary.from_values(values) for values in new if values]
+        return against_history_borrowed(summaries, history, spread, policy)
     # Fewer sessions than a prediction interval needs: Welch against the stored raw runs.
     return welch_log([v for s in new for v in s], raw, policy, provisional=True)
 

@@ -25,6 +25,7 @@ from pytest_specdec.verdict.baselines import (
     key_for,
     key_mismatch,
     load_baseline,
+    neighbours,
 )
 from pytest_specdec.verdict.compare import (
     ONE_SESSION_NOTE,
@@ -322,8 +323,9 @@ def _load_against_baseline(
     beside the stored one."""
     if baseline is None:
         load = LoadJudgement(NO_BASELINE, why or "no baseline to judge the load levels against", "")
-    else:
-        load = judge_load_history(config, baseline, policy)
+    else:  # a short history borrows the spread of the configs stored beside it
+        nearby = neighbours(root, key_for(results, config))
+        load = judge_load_history(config, baseline, policy, nearby)
     plain = plain_config(results, config)
     if plain is not None:
         load.crossover = crossover_of(plain["name"], speedup_levels(config, plain, policy))

@@ -1,17 +1,17 @@
 """Verdicts at load levels, and where speculation stops paying.
 
 Each load level of a config is judged as a prompt is: its rounds' aggregate output tok/s are
-its runs, server sessions are the unit, a prediction interval against a long enough stored
-history (the level's cells in the config's baseline), Welch otherwise (provisional); against
+its runs, server sessions the unit, a prediction interval against a long enough stored history
+(the level's cells in the config's baseline); a short one borrows the spread between sessions
+from the configs stored beside it, or else is Welch on rounds (provisional either way); against
 ``--specdec-reference``, A/B per level. Holm runs across every (config, level) verdict of a run.
-At each level the change is split into accept length and verify steps per second, as for the
-suite score (compare.attribute), so that a kernel that slows only large batches is told from a
-drafter that got worse. Where the engine times its forward phases on the GPU, a change of the
-steps' pace is split once more: the GPU's own work per round against the round's wall time, so
-that slower kernels are told from a host that prepared batches and scheduled forwards slower.
-The GPU's own work per round is also judged on its own at each level (``work``): on an H200 it
-repeated within 0.04-0.9% from boot to boot where throughput spread up to 4.5% with the host's
-pace, so it finds a slower kernel under load that the throughput verdict cannot resolve.
+At each level the change is split into accept length and verify steps per second (as for the
+suite score, compare.attribute): a kernel that slows only large batches is told from a drafter
+that got worse. Where the engine times its forward phases on the GPU, the steps' pace is split
+once more: the GPU's own work per round against the round's wall time, slower kernels told from
+a host that prepared batches slower. That work is also judged on its own at each level
+(``work``): on an H200 it repeated within 0.04-0.9% from boot to boot where throughput spread up
+to 4.5% with the host's pace, so it finds a slower kernel under load that throughput cannot.
 
 The *speedup curve* of a speculative config is its throughput over a plain config's (the
 reference, or a config without speculation measured in the same run) at each level, with its
@@ -39,10 +39,12 @@ from pytest_specdec.verdict.crossover import Crossover, crossover_of
 from pytest_specdec.verdict.sessions import level_accept, level_sessions, round_errors
 from pytest_specdec.verdict.stats import (
     SessionSummary,
+    Spread,
     Verdict,
     VerdictPolicy,
     adjust_verdicts,
     against_history_sessions,
+    pooled_spread,
 )
 
 # SGLang's device timer counts a prefill forward in CUDA graphs from before its batch is loaded
@@ -289,10 +291,24 @@ def _empty(config: Mapping[str, Any], against: str) -> LoadJudgement | None:
     return None
 
 
+def level_spread(
+    clients: int, history: Sequence[SessionSummary], neighbours: Sequence[Baseline],
+    policy: VerdictPolicy,
+) -> Spread | None:  # fmt: skip
+    """How far sessions spread at this level in the configs stored beside it with a long
+    history (pooled with its own), for a history shorter than ``policy.min_history``."""
+    groups = [(str(b.key.get("config")), b.level_history(clients)) for b in neighbours]
+    short = len(history) < policy.min_history
+    return pooled_spread(groups, policy.min_history, own=history) if short else None
+
+
 def judge_load_history(
-    config: Mapping[str, Any], baseline: Baseline, policy: VerdictPolicy
-) -> LoadJudgement:
-    """Each level against the level's stored history in ``baseline``."""
+    config: Mapping[str, Any], baseline: Baseline, policy: VerdictPolicy,
+    neighbours: Sequence[Baseline] = (),
+) -> LoadJudgement:  # fmt: skip
+    """Each level against the level's stored history in ``baseline``; a level with a short
+    history borrows the spread between sessions from ``neighbours`` (the other configs stored
+    with the same settings) where they have a long one."""
     against = f"baseline ({len(baseline.sessions)} sessions)"
     out = _empty(config, against)
     if out is not None:
@@ -311,7 +327,8 @@ def judge_load_history(
         cells = baseline.level_cells(clients)
         stored = [c.get("accept_length") for c in cells]
         accepts = [float(a) for a in stored if a]
-        verdict = history_verdict(new, history, raw, policy)
+        spread = level_spread(clients, history, neighbours, policy)
+        verdict = history_verdict(new, history, raw, policy, spread)
         accept = _accept_change(
             level_accept(config, clients), statistics.fmean(accepts) if accepts else None
         )
@@ -428,7 +445,3 @@ def with_level_alpha(policy: VerdictPolicy, levels: int) -> VerdictPolicy:
     """The policy of one level verdict during the run: Bonferroni over the levels (stricter
     than the Holm across them at the end of the run)."""
     return replace(policy, alpha=policy.alpha / max(1, levels))
-
-
-def geometric_mean(values: Sequence[float]) -> float | None:
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None

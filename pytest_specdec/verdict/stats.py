@@ -88,7 +88,21 @@ class VerdictPolicy:
 
 
 DEFAULT_POLICY = VerdictPolicy()
-_UNITS = {"prediction-interval": "sessions", "welch": "runs per side", "welch-provisional": "runs"}
+_UNITS = {"prediction-interval": "sessions", "welch": "runs per side", "welch-provisional": "runs",
+          "borrowed-spread": "sessions"}  # fmt: skip
+# Short histories: a verdict by one of these is provisional.
+PROVISIONAL_METHODS = frozenset({"welch-provisional", "borrowed-spread"})
+SESSION_METHODS = frozenset({"prediction-interval", "borrowed-spread"})
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How far server sessions' means spread (sd of their ln tok/s, ``df`` degrees of
+    freedom), learnt elsewhere than the judged history: ``source`` says where."""
+
+    sd: float
+    df: int
+    source: str
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,7 @@ class Verdict:
     se_log: float  # standard error of ln(ratio); inf when it cannot be estimated
     df: float  # degrees of freedom of the t reference (0.0 when there is no test)
     issue: str | None = None  # why no test was possible (degenerate input), else None
+    spread_source: str | None = None  # "borrowed-spread": whose sessions gave the spread
 
     @property
     def failed(self) -> bool:
@@ -177,7 +192,7 @@ def _resolved(v: Verdict, k: int, policy: VerdictPolicy) -> bool:
 
 
 def _further(v: Verdict, policy: VerdictPolicy) -> int | None:
-    cap = 100 if v.method == "prediction-interval" else 1000
+    cap = 100 if v.method in SESSION_METHODS else 1000
     return smallest_n(lambda k: _resolved(v, k, policy), 1, cap)
 
 
@@ -235,11 +250,20 @@ def _explain(v: Verdict) -> str:
     why = f"{p_txt} ≥ {v.alpha:.3g}" if p_eff >= v.alpha else f"{p_txt} but {change} < {d}"
     if v.runs_needed is not None:
         more = f"~{v.runs_needed} more {unit} would decide it"
-    elif v.method == "prediction-interval":
+    elif v.method in SESSION_METHODS:
         more = f"over 100 more sessions would be needed; lengthen the history ({v.n_ref})"
     else:
         more = f"over 1000 more {unit} would be needed"
     return f"{head}, {why}, CI not inside ±{d}; MDE {v.mde:.1%} (n {v.n_new} vs {v.n_ref}); {more}"
+
+
+def _explain_all(v: Verdict) -> str:
+    """The explanation, and for a borrowed spread whose it is."""
+    text = _explain(v)
+    if v.spread_source is None or v.issue is not None:
+        return text
+    return (f"{text}; the spread between sessions ({v.between_cv:.1%}, df {v.df:g}) borrowed "
+            f"from {v.spread_source}")  # fmt: skip
 
 
 def _exp(x: float) -> float:
@@ -248,7 +272,7 @@ def _exp(x: float) -> float:
 
 def _build(
     lr: float, se: float, df: float, n: tuple[int, int], delta: float, between_cv: float | None,
-    method: str, issue: str | None, policy: VerdictPolicy,
+    method: str, issue: str | None, policy: VerdictPolicy, source: str | None = None,
 ) -> Verdict:  # fmt: skip
     """A verdict from ln(ratio), its standard error and df; ``issue`` when no test is possible."""
     if issue is None:
@@ -261,11 +285,11 @@ def _build(
         lo, hi, p_r, p_i, mde_x, se, df = 0.0, math.inf, 1.0, 1.0, 1.0, math.inf, 0.0
     v = Verdict(
         Outcome.INCONCLUSIVE, _exp(lr), lo, hi, p_r, p_i, None, mde_x, n[0], n[1], delta,
-        between_cv, method, method == "welch-provisional", None, "", policy.alpha,
-        policy.ci_level, se, df, issue,
+        between_cv, method, method in PROVISIONAL_METHODS, None, "", policy.alpha,
+        policy.ci_level, se, df, issue, source,
     )  # fmt: skip
     if issue is not None:
-        return replace(v, explanation=_explain(v))
+        return replace(v, explanation=_explain_all(v))
     return _settle(v, p_r, p_i, None, policy)
 
 
@@ -275,7 +299,7 @@ def _settle(
     outcome = _decide(v, p_regress, p_improve, policy.alpha)
     further = _further(v, policy) if outcome is Outcome.INCONCLUSIVE else None
     v = replace(v, alpha=policy.alpha, p_adjusted=p_adj, outcome=outcome, runs_needed=further)
-    return replace(v, explanation=_explain(v))
+    return replace(v, explanation=_explain_all(v))
 
 
 def _summary(values: Sequence[float], name: str) -> SessionSummary:
@@ -340,6 +364,50 @@ def against_history_sessions(
     issue = None if s > _TINY else f"the {k} past session means are identical: spread unknown"
     se, delta = s * math.sqrt(1 / m + 1 / k), decision_delta(policy, between)
     return _build(lr, se, k - 1, (m, k), delta, between, "prediction-interval", issue, policy)
+
+
+def pooled_spread(
+    groups: Sequence[tuple[str, Sequence[SessionSummary]]],
+    min_sessions: int,
+    own: Sequence[SessionSummary] = (),
+) -> Spread | None:
+    """The spread of session means pooled over ``groups`` (name, sessions) with
+    ``min_sessions`` sessions or more, and ``own`` (the judged history) from two: each its
+    sample variance with K-1 df, weighted by df. None when no group has that many sessions,
+    or when they show no spread."""
+    used = [(name, [h.mean_log for h in sessions]) for name, sessions in groups
+            if len(sessions) >= max(2, min_sessions)]  # fmt: skip
+    if not used:
+        return None
+    names = ", ".join(f"{name} ({len(means)} sessions)" for name, means in used)
+    if len(own) >= 2:
+        used.append(("", [h.mean_log for h in own]))
+        names += f" and this config's own {len(own)}"
+    df = sum(len(means) - 1 for _, means in used)
+    ss = math.fsum((len(means) - 1) * mean_sd(means)[1] ** 2 for _, means in used)
+    sd = math.sqrt(ss / df)
+    return Spread(sd, df, names) if sd > _TINY else None
+
+
+def against_history_borrowed(
+    new: Sequence[SessionSummary],
+    history: Sequence[SessionSummary],
+    spread: Spread,
+    policy: VerdictPolicy = DEFAULT_POLICY,
+) -> Verdict:
+    """m new sessions against a history too short to show its own spread (K < min_history),
+    judged with a spread learnt elsewhere (``spread``: other configs' sessions on the same
+    hardware and engine settings): the mean of the new session means against the K past
+    means, t with the spread's df and scale sd·√(1/m + 1/K). Provisional (the history is
+    short); calibrated when the borrowed spread is the judged config's too. δ from the
+    spread, as from a history's between-session CV."""
+    if not history or not new:
+        raise ValueError("against_history_borrowed needs at least one session on each side")
+    k, m = len(history), len(new)
+    lr = fmean(x.mean_log for x in new) - fmean(h.mean_log for h in history)
+    se, delta = spread.sd * math.sqrt(1 / m + 1 / k), decision_delta(policy, spread.sd)
+    return _build(lr, se, spread.df, (m, k), delta, spread.sd, "borrowed-spread", None, policy,
+                  spread.source)  # fmt: skip
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
