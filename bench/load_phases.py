@@ -1,8 +1,9 @@
 """Where a load level's time went, boot by boot: the GPU seconds of each forward phase per round
 (SGLang's device timer, ``engine.phase_s`` of a round), the time of the round in which the GPU ran
 no forward at all (its wall time less those seconds: the host's part), the GPU's busy share
-(NVML), the host's stolen share and the CPU the engine's busiest thread was on (``engine.host``),
-beside the round's throughput.
+(NVML), the host's stolen share, the CPU the engine's busiest thread was on, the busiest thread
+of another engine process (SGLang's HTTP front) and of the load client (``engine.host``), beside
+the round's throughput.
 
     python bench/load_phases.py RESULTS.json[.gz] [RERUN.json[.gz] ...] [--clients 4 --clients 16]
 
@@ -79,8 +80,23 @@ def placed(host: Sequence[dict[str, Any]]) -> str:
     return (",".join(map(str, on)) + ("*" if crowded else "")) if on else "-"
 
 
+def other_thread(host: Sequence[dict[str, Any]]) -> float | None:
+    """The most CPUs' worth any thread of an engine process other than each round's busiest
+    ran in a round of the boot (SGLang's HTTP front and tokenizer manager); None: not read."""
+    ran = [float(t["cpus"]) for h in host for t in h.get("busy_threads") or []
+           if t["name"] != (h.get("busiest") or {}).get("name")]  # fmt: skip
+    return max(ran) if ran else None
+
+
+def client_thread(host: Sequence[dict[str, Any]]) -> float | None:
+    """The most CPUs' worth the load client's busiest thread ran in a round of the boot."""
+    ran = [float(h["client"]["thread"]) for h in host if h.get("client")]
+    return max(ran) if ran else None
+
+
 def boot_rows(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
-    """One Markdown row per boot: throughput, GPU busy, steal, phase seconds per round."""
+    """One Markdown row per boot: throughput, GPU busy, steal, the busiest other engine thread
+    and the client's, phase seconds per round."""
     rows = []
     for session in sorted({r.session for r in rounds}):
         mine = [r for r in rounds if r.session == session]
@@ -88,7 +104,8 @@ def boot_rows(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
         tput = mean([float(r.output_tok_per_s or 0) for r in mine])
         cells = [str(session), str(len(mine)), _cell(tput, ".0f"),
                  _cell(mean([util(r) for r in mine]), ".0f"),
-                 _cell(mean([h.get("steal") for h in host]), ".2%"), placed(host)]  # fmt: skip
+                 _cell(mean([h.get("steal") for h in host]), ".2%"), placed(host),
+                 _cell(other_thread(host), ".2f"), _cell(client_thread(host), ".2f")]  # fmt: skip
         phases = phase_means(mine)
         idle = no_forward_s(mine)
         cells.append(_cell(idle[0] if idle else None, ".3f"))
@@ -367,9 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             names = sorted({k for r in rounds for k in phases_of(r)})
             print(f"\n{name} at {clients} clients")
             print("| boot | rounds | out tok/s | GPU busy % | steal | busiest on CPU | "
-                  "no forward s | decode passes | " + " | ".join(f"{n} s" for n in names)
-                  + " |")  # fmt: skip
-            print("|" + "---:|" * (8 + len(names)))
+                  "other thread CPUs | client CPUs | no forward s | decode passes | "
+                  + " | ".join(f"{n} s" for n in names) + " |")  # fmt: skip
+            print("|" + "---:|" * (10 + len(names)))
             print("\n".join(boot_rows(rounds, names)))
             print("\n".join(phase_lines(rounds, names)))
             for spread in (boot_spread(rounds, args.stored, args.nightly),

@@ -936,3 +936,21 @@ def test_a_short_history_borrows_the_spread_of_the_configs_stored_beside_it(
     load = judge_baseline(again, again["configs"][0], tmp_path, POLICY).load
     assert load is not None and {lv.verdict.method for lv in load.levels.values()
                                  if lv.verdict} == {"prediction-interval"}  # fmt: skip
+
+
+def test_the_boot_rows_show_the_http_front_and_the_client_beside_the_scheduler() -> None:
+    """bench/load_phases.py's row per boot: the busiest thread of an engine process other than
+    the scheduler (SGLang's HTTP front, 0.73-0.90 CPUs at 64 clients of `baseline` on an H200)
+    and of the load client, each the most any round of the boot read; '-' where not read."""
+    load_phases, levels, _ = _h200_boots()
+    rows = load_phases.boot_rows(levels["baseline"][64], [])
+    fronts = [float(row.split(" | ")[6]) for row in rows if row.split(" | ")[6] != "-"]
+    assert fronts and all(0.6 < f < 1.0 for f in fronts), rows
+    assert {row.split(" | ")[7] for row in rows} == {"-"}  # these runs predate the client's
+    host = [{"busiest": {"name": "sched"}, "client": {"cpus": 0.2, "thread": 0.12},
+             "busy_threads": [{"name": "sched", "cpu": 1, "cpus": 1.0},
+                              {"name": "front", "cpu": 2, "cpus": 0.4}]},
+            {"busiest": {"name": "sched"}, "client": {"cpus": 0.3, "thread": 0.2},
+             "busy_threads": [{"name": "front", "cpu": 2, "cpus": 0.5}]}]  # fmt: skip
+    assert load_phases.other_thread(host) == 0.5 and load_phases.client_thread(host) == 0.2
+    assert load_phases.other_thread([{}]) is None and load_phases.client_thread([{}]) is None
