@@ -428,3 +428,43 @@ def test_a_night_is_judged_against_its_own_machines_sessions_once_five_are_store
     assert machine_note(mine, ["x", None]).endswith(  # type: ignore[union-attr]
         "; 1 stored session does not record its machine"
     )
+
+
+def test_a_short_history_borrows_the_spread_of_the_configs_stored_beside_it(
+    tmp_path: Path,
+) -> None:
+    """One stored session of a config says nothing of how sessions spread, and Welch on its
+    runs takes another session's 4% wobble for a regression. The suite score and each prompt
+    borrow the spread of a config stored beside it with six sessions (same hardware, engine,
+    model, workload): 4% is within it, 20% is not; the explanation names the lender."""
+
+    def night(name: str, seed: int, shift: float) -> dict[str, Any]:
+        return results_doc({name: {"code": 100 * shift, "prose": 80 * shift}}, seed=seed,
+                           noise=0.002, started=f"n{seed}")  # fmt: skip
+
+    for seed, shift in enumerate([1.0, 1.04, 0.97, 1.02, 0.96, 1.01]):
+        doc = night("plain", seed, shift)
+        update_baseline(doc, doc["configs"][0], tmp_path)
+    first = night("spec", 10, 1.0)
+    update_baseline(first, first["configs"][0], tmp_path)
+
+    wobble = night("spec", 11, 0.96)
+    judged = judge_baseline(wobble, wobble["configs"][0], tmp_path, POLICY)
+    assert judged.suite is not None and judged.suite.method == "borrowed-spread"
+    assert judged.suite.provisional and judged.suite.spread_source == "plain (6 sessions)"
+    verdicts = [judged.suite, *judged.prompts.values()]
+    assert all(v.outcome is not Outcome.REGRESSED for v in verdicts), judged.message
+    assert "borrowed from plain (6 sessions)" in judged.suite.explanation
+    # alone (no config beside it), the same night is the false alarm
+    alone = tmp_path / "alone"
+    update_baseline(first, first["configs"][0], alone)
+    by_runs = judge_baseline(wobble, wobble["configs"][0], alone, POLICY)
+    assert by_runs.suite is not None and by_runs.suite.method == "welch-provisional"
+    assert by_runs.suite.outcome is Outcome.REGRESSED
+    slow = night("spec", 12, 0.8)
+    judged = judge_baseline(slow, slow["configs"][0], tmp_path, POLICY)
+    assert judged.suite is not None and judged.suite.outcome is Outcome.REGRESSED
+    # the lender itself has a long enough history: judged on its own
+    again = night("plain", 13, 1.0)
+    own = judge_baseline(again, again["configs"][0], tmp_path, POLICY)
+    assert own.suite is not None and own.suite.method == "prediction-interval"

@@ -16,6 +16,7 @@ from pytest_specdec.verdict.stats import (
     VerdictPolicy,
     against_history_borrowed,
     against_history_sessions,
+    pooled_spread,
     welch_log,
 )
 
@@ -55,6 +56,19 @@ def history_verdict(
         return against_history_borrowed(summaries, history, spread, policy)
     # Fewer sessions than a prediction interval needs: Welch against the stored raw runs.
     return welch_log([v for s in new for v in s], raw, policy, provisional=True)
+
+
+def borrowed_spread(
+    history: Sequence[SessionSummary],
+    others: Sequence[tuple[str, Sequence[SessionSummary]]],
+    policy: VerdictPolicy,
+) -> Spread | None:
+    """The spread a history shorter than ``policy.min_history`` borrows: the other configs'
+    sessions of the same cell (name, sessions) pooled where they have ``min_history`` or more,
+    with the history's own from two; None for a long enough history, or none to borrow."""
+    if len(history) >= policy.min_history:
+        return None
+    return pooled_spread(others, policy.min_history, own=history)
 
 
 ACCEPT_TOLERANCE = 0.02  # accept lengths within ±2% count as unchanged

@@ -30,6 +30,7 @@ from pytest_specdec.verdict.baselines import (
 from pytest_specdec.verdict.compare import (
     ONE_SESSION_NOTE,
     attribute,
+    borrowed_spread,
     history_verdict,
     session_verdict,
 )
@@ -56,6 +57,8 @@ from pytest_specdec.verdict.sessions import (
     workload_prompts,
 )
 from pytest_specdec.verdict.stats import (
+    SessionSummary,
+    Spread,
     Verdict,
     VerdictPolicy,
 )
@@ -289,7 +292,8 @@ def judge_baseline(
         return judgement
     if baseline is None:
         return judgement
-    return _prompts_baseline(judgement, results, config, baseline, policy)
+    nearby = neighbours(root, key_for(results, config))
+    return _prompts_baseline(judgement, results, config, baseline, policy, nearby)
 
 
 def _machine_history(
@@ -353,8 +357,10 @@ def stored_crossover(
 
 def _prompts_baseline(
     judgement: Judgement, results: Mapping[str, Any], config: Mapping[str, Any],
-    baseline: Baseline, policy: VerdictPolicy,
+    baseline: Baseline, policy: VerdictPolicy, nearby: Sequence[Baseline] = (),
 ) -> Judgement:  # fmt: skip
+    """Each prompt and the suite score against their stored history; a short one borrows the
+    spread between sessions of the configs stored beside it (``nearby``)."""
     prompts = workload_prompts(results)
     score = judgement.score
     partial = unmeasured_prompts(config, prompts)
@@ -367,15 +373,22 @@ def _prompts_baseline(
         judgement.status, judgement.message = UNJUDGEABLE, problem
         return judgement
     new_s = by_session(config, prompts, score)
+    names = [str(b.key.get("config")) for b in nearby]
+
+    def spread(history: Sequence[SessionSummary], prompt: str | None) -> Spread | None:
+        cells = [b.prompt_history(prompt) if prompt else b.suite_history() for b in nearby]
+        return borrowed_spread(history, list(zip(names, cells, strict=True)), policy)
+
     judgement.prompts = {
         p: history_verdict(
-            [s[p] for s in new_s], baseline.prompt_history(p), baseline.raw_runs(p), policy
+            [s[p] for s in new_s], history, baseline.raw_runs(p), policy, spread(history, p)
         )
         for p in prompts
-        if baseline.prompt_history(p)
+        if (history := baseline.prompt_history(p))
     }
+    suite = baseline.suite_history()
     judgement.suite = history_verdict(
-        [suite_runs(s) for s in new_s], baseline.suite_history(), baseline.raw_runs(None), policy
+        [suite_runs(s) for s in new_s], suite, baseline.raw_runs(None), policy, spread(suite, None)
     )
     judgement.accept = _accept_change(
         accept_means(config, prompts), _history_accept(baseline, prompts)

@@ -31,6 +31,7 @@ from pytest_specdec.measure.levels import levels_of, phase_means, rounds_of
 from pytest_specdec.verdict.baselines import Baseline
 from pytest_specdec.verdict.compare import (
     attribute,
+    borrowed_spread,
     factor_facts,
     history_verdict,
     session_verdict,
@@ -44,7 +45,6 @@ from pytest_specdec.verdict.stats import (
     VerdictPolicy,
     adjust_verdicts,
     against_history_sessions,
-    pooled_spread,
 )
 
 # SGLang's device timer counts a prefill forward in CUDA graphs from before its batch is loaded
@@ -297,9 +297,8 @@ def level_spread(
 ) -> Spread | None:  # fmt: skip
     """How far sessions spread at this level in the configs stored beside it with a long
     history (pooled with its own), for a history shorter than ``policy.min_history``."""
-    groups = [(str(b.key.get("config")), b.level_history(clients)) for b in neighbours]
-    short = len(history) < policy.min_history
-    return pooled_spread(groups, policy.min_history, own=history) if short else None
+    others = [(str(b.key.get("config")), b.level_history(clients)) for b in neighbours]
+    return borrowed_spread(history, others, policy)
 
 
 def judge_load_history(
