@@ -61,6 +61,7 @@ class Scenario:
     adaptive: bool = False  # sequential_plan over 1..sessions new sessions
     donors: int = 0  # a short history borrows the spread of one other config's this many sessions
     donor_between: float | None = None  # that config's between-session CV, if not ``between``
+    donor_within: float | None = None  # its within-session CV, if not ``within``
 
     def plan(self, policy: VerdictPolicy) -> SequentialPlan | None:
         if not self.adaptive:
@@ -77,6 +78,8 @@ class Scenario:
             return "prediction-interval, adaptive"
         if self.donors and self.k < 5:
             other = "" if self.donor_between is None else f", its between {self.donor_between:.1%}"
+            if self.donor_within is not None:
+                other += f", its within {self.donor_within:.0%}"
             return f"borrowed-spread ({self.donors} sessions of another config{other})"
         return "prediction-interval" if self.k >= 5 else "welch-provisional"
 
@@ -112,6 +115,7 @@ SCENARIOS = (
     Scenario(0.03, 0.035, 1, donors=10),
     Scenario(0.03, 0.035, 3, donors=10),
     Scenario(0.02, 0.03, 1, donors=10, donor_between=0.015),  # the judged config spreads more
+    Scenario(0.05, 0.01, 1, donors=10, donor_within=0.01),  # its runs are noisier
 )
 
 
@@ -122,7 +126,10 @@ def simulate(rng: np.random.Generator, sc: Scenario, trials: int, change: float)
     effect = rng.normal(0.0, sc.between, (trials, n_sessions, 1))
     if sc.donor_between is not None:
         effect[:, : sc.donors] *= sc.donor_between / sc.between
-    logs = math.log(100.0) + effect + rng.normal(0.0, sc.within, (trials, n_sessions, sc.runs))
+    runs = rng.normal(0.0, sc.within, (trials, n_sessions, sc.runs))
+    if sc.donor_within is not None:
+        runs[:, : sc.donors] *= sc.donor_within / sc.within
+    logs = math.log(100.0) + effect + runs
     logs[:, sc.donors :, :] += math.log(1.3)  # the other config runs at a speed of its own
     logs[:, sc.donors + sc.k :, :] += math.log1p(-change)
     return logs

@@ -440,7 +440,7 @@ def test_a_short_history_borrows_the_spread_of_the_configs_stored_beside_it(
 
     def night(name: str, seed: int, shift: float) -> dict[str, Any]:
         return results_doc({name: {"code": 100 * shift, "prose": 80 * shift}}, seed=seed,
-                           noise=0.002, started=f"n{seed}")  # fmt: skip
+                           noise=0.002, started=f"n{seed}", config_sha=name)  # fmt: skip
 
     for seed, shift in enumerate([1.0, 1.04, 0.97, 1.02, 0.96, 1.01]):
         doc = night("plain", seed, shift)
@@ -464,6 +464,13 @@ def test_a_short_history_borrows_the_spread_of_the_configs_stored_beside_it(
     slow = night("spec", 12, 0.8)
     judged = judge_baseline(slow, slow["configs"][0], tmp_path, POLICY)
     assert judged.suite is not None and judged.suite.outcome is Outcome.REGRESSED
+    # the same config stored under another name is never its own lender
+    renamed = night("spec-old", 14, 1.0)
+    renamed["configs"][0]["config"]["sha256"] = "spec"
+    for seed in range(6):
+        update_baseline({**renamed, "started_at": f"r{seed}"}, renamed["configs"][0], tmp_path)
+    judged = judge_baseline(wobble, wobble["configs"][0], tmp_path, POLICY)
+    assert judged.suite is not None and judged.suite.spread_source == "plain (6 sessions)"
     # the lender itself has a long enough history: judged on its own
     again = night("plain", 13, 1.0)
     own = judge_baseline(again, again["configs"][0], tmp_path, POLICY)

@@ -55,28 +55,22 @@ def test_h200_one_boot_against_one_stored_is_the_provisional_false_alarm_named_h
 
 def test_h200_one_boot_against_one_stored_borrows_the_spread_of_the_configs_beside_it() -> None:
     """The same boot judged as the plugin judges it: the history of one boot borrows the spread
-    between boots at each level from `baseline`'s and `standalone-d16`'s eight (three machines).
-    At 16 and 64 clients, where their boots spread 2.4% and 4.1%, the drop is no longer
-    flagged (MDE 11% and 18%: one boot against one cannot resolve it). At 1 and 4 clients
-    their boots spread 0.9-1.0% while `eagle3` read 6.2% and 4.6% slower on this machine's
-    host: still REGRESSED (provisional), cause host. EAGLE-3's draft loop is paced by the
-    host more than the borrowed spread covers: the explanation names whose spread it is."""
+    between boots at each level from `baseline`'s and `standalone-d16`'s eight (three machines),
+    0.9%, 0.9%, 2.3% and 3.9% at 1, 4, 16 and 64 clients, and adds `eagle3`'s own round-to-round
+    noise. No level is flagged: 4 clients comes closest (0.954x, p 0.004, Holm 0.015), and one
+    boot against one cannot resolve 16 and 64 clients (MDE 12% and 18%)."""
     levels = load_judged(RUN / "h200-e3-load-store.json.gz", STORED, stored=1)["eagle3"]
-    for level in levels.values():
+    spreads = {1: 0.0087, 4: 0.0094, 16: 0.0234, 64: 0.0394}
+    for clients, level in levels.items():
         v = level.verdict
         assert v.method == "borrowed-spread" and v.provisional, level.message
         assert v.spread_source == "baseline (8 sessions), standalone-d16 (8 sessions)"
         assert "borrowed from baseline (8 sessions), standalone-d16" in v.explanation
-        assert (v.n_new, v.n_ref, v.df) == (1, 1, 14), level.message
-    for clients in (16, 64):
-        assert levels[clients].verdict.outcome == Outcome.INCONCLUSIVE, levels[clients].message
-        assert levels[clients].verdict.mde > 0.10
-    assert levels[64].verdict.between_cv == pytest.approx(0.041, abs=0.001)
-    for clients in (1, 4):
-        assert levels[clients].verdict.outcome == Outcome.REGRESSED, levels[clients].message
-        assert levels[clients].cause == "host", levels[clients].message
-        assert levels[clients].verdict.between_cv < 0.011
-    assert levels[1].verdict.ratio == pytest.approx(0.938, abs=0.002)
+        assert (v.n_new, v.n_ref) == (1, 1) and v.df > 8, level.message
+        assert v.between_cv == pytest.approx(spreads[clients], abs=0.0005), level.message
+        assert v.outcome == Outcome.INCONCLUSIVE, level.message
+    assert levels[4].verdict.p_regress < 0.01 < levels[4].verdict.p_adjusted  # type: ignore[operator]
+    assert levels[16].verdict.mde > 0.10 and levels[64].verdict.mde > 0.15
 
 
 def test_h200_boots_record_their_machine_and_the_night_names_it() -> None:

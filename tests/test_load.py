@@ -923,7 +923,8 @@ def test_a_short_history_borrows_the_spread_of_the_configs_stored_beside_it(
     for v in wobble.values():
         assert v.method == "borrowed-spread" and v.provisional, v.explanation
         assert v.outcome is not Outcome.REGRESSED, v.explanation
-        assert v.spread_source == "plain (6 sessions)" and (v.n_new, v.n_ref, v.df) == (1, 1, 5)
+        assert v.spread_source == "plain (6 sessions)" and (v.n_new, v.n_ref) == (1, 1)
+        assert v.df > 4  # the spread's, with the rounds' own noise (Satterthwaite)
         assert "borrowed from plain (6 sessions)" in v.explanation
     # the same boot judged on its rounds alone (no neighbour) is the false alarm
     alone = judged(0.96, 11, borrow=False)

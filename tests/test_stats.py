@@ -433,40 +433,51 @@ def test_suite_session_and_history() -> None:
 
 
 def test_a_spread_pooled_from_other_configs_judges_a_short_history() -> None:
-    """A history of one or two sessions borrows the spread of session means from configs
-    with five or more (their variances pooled by degrees of freedom, the judged config's own
-    sessions in the pool from two): the t of a prediction interval with the pool's df, exact
-    against scipy, provisional, naming where the spread came from."""
+    """A history of one or two sessions borrows the between-session spread from configs with
+    five or more: their variances of session means, less the part their runs explain, pooled by
+    degrees of freedom (the judged config's own sessions in the pool from two). The test adds
+    the judged config's own run-to-run noise, with Satterthwaite's df, exact against scipy;
+    provisional, naming where the spread came from."""
 
-    def sessions(means: Sequence[float]) -> list[SessionSummary]:
-        return [SessionSummary(4, math.log(m), 0.004) for m in means]
+    def sessions(means: Sequence[float], sd: float = 0.004, n: int = 4) -> list[SessionSummary]:
+        return [SessionSummary(n, math.log(m), sd) for m in means]
 
     a = [100, 103, 98, 101, 97, 102]  # six sessions
     b = [50, 51, 49.5, 50.5, 49, 50.2, 50.8]  # seven, spread less
-    few = sessions([80, 82, 79])  # under min_history: not a donor
+    few = sessions([80, 82, 79])  # under min_history: not a lender
     spread = pooled_spread([("a", sessions(a)), ("b", sessions(b)), ("few", few)], 5)
-    assert spread is not None and spread.df == 5 + 6
     la, lb = np.log(a), np.log(b)
-    pooled = (5 * np.var(la, ddof=1) + 6 * np.var(lb, ddof=1)) / 11
-    assert spread.sd == pytest.approx(math.sqrt(pooled), rel=1e-12)
+    means_var, runs_var = (5 * np.var(la, ddof=1) + 6 * np.var(lb, ddof=1)) / 11, 0.004**2 / 4
+    assert spread is not None
+    assert spread.sd == pytest.approx(math.sqrt(means_var - runs_var), rel=1e-12)
+    # Satterthwaite for V - W: V with 5 + 6 df, W with 3 df in each of the 13 sessions
+    eff = (means_var - runs_var) ** 2 / (means_var**2 / 11 + runs_var**2 / 39)
+    assert spread.df == pytest.approx(eff, rel=1e-12) and spread.df < 11
     assert spread.source == "a (6 sessions), b (7 sessions)"
     own = sessions([200, 190])
     with_own = pooled_spread([("a", sessions(a)), ("b", sessions(b))], 5, own=own)
-    assert with_own is not None and with_own.df == 12
+    assert with_own is not None and 11 < with_own.df < 12
     assert with_own.source == "a (6 sessions), b (7 sessions) and this config's own 2"
-    assert pooled_spread([("few", few)], 5, own=own) is None  # no donor: nothing borrowed
-    assert pooled_spread([("flat", sessions([5.0] * 6))], 5) is None  # no spread shown
+    assert pooled_spread([("few", few)], 5, own=own) is None  # no lender: nothing borrowed
+    quiet = pooled_spread([("flat", sessions([5.0] * 6))], 5)  # sessions spread no more than runs
+    assert quiet is not None and quiet.sd == 0.0
 
-    history, new = sessions([200.0]), sessions([190.0])
+    # the judged config's runs are noisier than the lenders' (2% against 0.4%): it counts
+    history, new = sessions([200.0], sd=0.02, n=5), sessions([190.0], sd=0.02, n=5)
     v = against_history_borrowed(new, history, spread, VerdictPolicy())
-    se = spread.sd * math.sqrt(2)
-    t = math.log(190 / 200) / se
-    assert v.method == "borrowed-spread" and v.provisional and v.df == 11
-    assert v.p_regress == pytest.approx(sps.t.cdf(t, 11), rel=1e-9)
-    half = sps.t.ppf(0.95, 11) * se
+    between, runs = spread.sd**2 * 2, 0.02**2 * (1 / 5 + 1 / 5)
+    se = math.sqrt(between + runs)
+    df = (between + runs) ** 2 / (between**2 / spread.df + runs**2 / 8)
+    assert v.method == "borrowed-spread" and v.provisional
+    assert v.se_log == pytest.approx(se, rel=1e-12) and v.df == pytest.approx(df, rel=1e-12)
+    assert v.p_regress == pytest.approx(sps.t.cdf(math.log(190 / 200) / se, df), rel=1e-9)
+    half = sps.t.ppf(0.95, df) * se
     assert v.ci_low == pytest.approx(0.95 * math.exp(-half), rel=1e-9)
     assert v.between_cv == spread.sd and v.spread_source == spread.source
     assert v.explanation.endswith(f"borrowed from {spread.source}")
     assert v.to_dict()["spread_source"] == spread.source
+    # no spread anywhere: no test, said so
+    flat = against_history_borrowed(sessions([190.0], sd=0.0), sessions([200.0], sd=0.0), quiet)
+    assert flat.issue is not None and flat.outcome is Outcome.INCONCLUSIVE
     with pytest.raises(ValueError, match="at least one session on each side"):
         against_history_borrowed([], history, spread)

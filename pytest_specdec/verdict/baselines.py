@@ -311,8 +311,8 @@ SHARED_FIELDS = tuple(
 def neighbours(root: Path, key: Mapping[str, Any]) -> list[Baseline]:
     """The other configs' baselines stored beside ``key``'s: the same hardware, engine, engine
     settings, target model, workload, sampling and protocol, so their sessions show how far
-    sessions measured this way spread. A file that cannot be read is left out here (judging
-    its own config reports it)."""
+    sessions measured this way spread; never the same config stored under another name. A
+    file that cannot be read is left out here (judging its own config reports it)."""
     own = baseline_path(root, key)
     out = []
     for path in sorted(own.parent.glob("*.json")):
@@ -322,7 +322,13 @@ def neighbours(root: Path, key: Mapping[str, Any]) -> list[Baseline]:
             found = load_baseline(path)
         except BaselineError:
             continue
-        if found is not None and all(found.key.get(f) == key.get(f) for f in SHARED_FIELDS):
+        if found is None or any(found.key.get(f) != key.get(f) for f in SHARED_FIELDS):
+            continue
+        same = found.key.get("config") == key.get("config") or (
+            key.get("config_sha256") is not None
+            and found.key.get("config_sha256") == key.get("config_sha256")
+        )  # the same config under another file (a renamed model file, a renamed config)
+        if not same:
             out.append(found)
     return out
 

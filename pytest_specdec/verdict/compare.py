@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pytest_specdec.verdict.sessions import session_means
 from pytest_specdec.verdict.stats import (
@@ -58,17 +58,26 @@ def history_verdict(
     return welch_log([v for s in new for v in s], raw, policy, provisional=True)
 
 
+# A config stored beside the judged one: its name, and how to read its sessions of one cell.
+Lender = tuple[str, Callable[[], Sequence[SessionSummary]]]
+
+
 def borrowed_spread(
-    history: Sequence[SessionSummary],
-    others: Sequence[tuple[str, Sequence[SessionSummary]]],
-    policy: VerdictPolicy,
+    history: Sequence[SessionSummary], lenders: Sequence[Lender], policy: VerdictPolicy
 ) -> Spread | None:
-    """The spread a history shorter than ``policy.min_history`` borrows: the other configs'
-    sessions of the same cell (name, sessions) pooled where they have ``min_history`` or more,
-    with the history's own from two; None for a long enough history, or none to borrow."""
+    """The spread a history shorter than ``policy.min_history`` borrows: the lenders' sessions
+    of the same cell pooled where they have ``min_history`` or more, with the history's own
+    from two; None for a long enough history, or none to borrow. A lender whose stored cell
+    cannot be read lends nothing (judging its own config reports the file)."""
     if len(history) >= policy.min_history:
         return None
-    return pooled_spread(others, policy.min_history, own=history)
+    groups = []
+    for name, cells in lenders:
+        try:
+            groups.append((name, cells()))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return pooled_spread(groups, policy.min_history, own=history)
 
 
 ACCEPT_TOLERANCE = 0.02  # accept lengths within ±2% count as unchanged

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial as bind
 from pathlib import Path
 from typing import Any
 
@@ -292,8 +293,21 @@ def judge_baseline(
         return judgement
     if baseline is None:
         return judgement
-    nearby = neighbours(root, key_for(results, config))
+    prompts = workload_prompts(results)
+    cells = [baseline.suite_history(), *(baseline.prompt_history(p) for p in prompts)]
+    nearby = _lenders(root, results, config, cells, policy)
     return _prompts_baseline(judgement, results, config, baseline, policy, nearby)
+
+
+def _lenders(
+    root: Path, results: Mapping[str, Any], config: Mapping[str, Any],
+    cells: Sequence[Sequence[SessionSummary]], policy: VerdictPolicy,
+) -> list[Baseline]:  # fmt: skip
+    """The configs stored beside ``config`` that may lend a short history their spread; read
+    only where one of its ``cells`` (histories) is shorter than ``policy.min_history``."""
+    if all(len(h) >= policy.min_history for h in cells):
+        return []
+    return neighbours(root, key_for(results, config))
 
 
 def _machine_history(
@@ -328,7 +342,8 @@ def _load_against_baseline(
     if baseline is None:
         load = LoadJudgement(NO_BASELINE, why or "no baseline to judge the load levels against", "")
     else:  # a short history borrows the spread of the configs stored beside it
-        nearby = neighbours(root, key_for(results, config))
+        cells = [baseline.level_history(c) for c in levels_of(config)]
+        nearby = _lenders(root, results, config, cells, policy)
         load = judge_load_history(config, baseline, policy, nearby)
     plain = plain_config(results, config)
     if plain is not None:
@@ -373,11 +388,12 @@ def _prompts_baseline(
         judgement.status, judgement.message = UNJUDGEABLE, problem
         return judgement
     new_s = by_session(config, prompts, score)
-    names = [str(b.key.get("config")) for b in nearby]
 
     def spread(history: Sequence[SessionSummary], prompt: str | None) -> Spread | None:
-        cells = [b.prompt_history(prompt) if prompt else b.suite_history() for b in nearby]
-        return borrowed_spread(history, list(zip(names, cells, strict=True)), policy)
+        lenders = [(str(b.key.get("config")),
+                    bind(b.prompt_history, prompt) if prompt is not None else b.suite_history)
+                   for b in nearby]  # fmt: skip
+        return borrowed_spread(history, lenders, policy)
 
     judgement.prompts = {
         p: history_verdict(

@@ -24,6 +24,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from pytest_specdec.core.configs import is_speculative
@@ -297,8 +298,8 @@ def level_spread(
 ) -> Spread | None:  # fmt: skip
     """How far sessions spread at this level in the configs stored beside it with a long
     history (pooled with its own), for a history shorter than ``policy.min_history``."""
-    others = [(str(b.key.get("config")), b.level_history(clients)) for b in neighbours]
-    return borrowed_spread(history, others, policy)
+    lenders = [(str(b.key.get("config")), partial(b.level_history, clients)) for b in neighbours]
+    return borrowed_spread(history, lenders, policy)
 
 
 def judge_load_history(

@@ -97,18 +97,19 @@ SESSION_METHODS = frozenset({"prediction-interval", "borrowed-spread"})
 
 @dataclass(frozen=True)
 class Spread:
-    """How far server sessions' means spread (sd of their ln tok/s, ``df`` degrees of
-    freedom), learnt elsewhere than the judged history: ``source`` says where."""
+    """How far server sessions' effects spread, learnt elsewhere than the judged history: the
+    sd of session means in ln tok/s net of the run-to-run noise they carry (the between-session
+    CV), with ``df`` degrees of freedom; ``source`` says where it was learnt."""
 
     sd: float
-    df: int
+    df: float
     source: str
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """One comparison. ``n_new``/``n_ref`` count sessions for "prediction-interval",
-    runs otherwise (pooled history runs for "welch-provisional")."""
+    """One comparison. ``n_new``/``n_ref`` count sessions for "prediction-interval" and
+    "borrowed-spread", runs otherwise (pooled history runs for "welch-provisional")."""
 
     outcome: Outcome
     ratio: float
@@ -367,46 +368,55 @@ def against_history_sessions(
 
 
 def pooled_spread(
-    groups: Sequence[tuple[str, Sequence[SessionSummary]]],
-    min_sessions: int,
+    groups: Sequence[tuple[str, Sequence[SessionSummary]]], min_sessions: int,
     own: Sequence[SessionSummary] = (),
-) -> Spread | None:
-    """The spread of session means pooled over ``groups`` (name, sessions) with
-    ``min_sessions`` sessions or more, and ``own`` (the judged history) from two: each its
-    sample variance with K-1 df, weighted by df. None when no group has that many sessions,
-    or when they show no spread."""
-    used = [(name, [h.mean_log for h in sessions]) for name, sessions in groups
+) -> Spread | None:  # fmt: skip
+    """The between-session spread over ``groups`` (name, sessions) with ``min_sessions`` or more
+    and ``own`` (the judged history) from two: the pooled variance of session means V less the
+    part the runs explain W (mean of sd²/n), floored at 0 as in ``between_session_cv``, with
+    Satterthwaite's df for V - W. None when no group has that many sessions."""
+    used = [(name, list(sessions)) for name, sessions in groups
             if len(sessions) >= max(2, min_sessions)]  # fmt: skip
     if not used:
         return None
-    names = ", ".join(f"{name} ({len(means)} sessions)" for name, means in used)
+    names = ", ".join(f"{name} ({len(sessions)} sessions)" for name, sessions in used)
     if len(own) >= 2:
-        used.append(("", [h.mean_log for h in own]))
+        used.append(("", list(own)))
         names += f" and this config's own {len(own)}"
-    df = sum(len(means) - 1 for _, means in used)
-    ss = math.fsum((len(means) - 1) * mean_sd(means)[1] ** 2 for _, means in used)
-    sd = math.sqrt(ss / df)
-    return Spread(sd, df, names) if sd > _TINY else None
+    df = sum(len(ss) - 1 for _, ss in used)
+    v = math.fsum((len(ss) - 1) * mean_sd([h.mean_log for h in ss])[1] ** 2 for _, ss in used) / df
+    w = math.fsum((len(ss) - 1) * fmean(h.sd_log**2 / h.n for h in ss) for _, ss in used) / df
+    dof_w = sum(h.n - 1 for _, ss in used for h in ss)
+    net = max(0.0, v - w)
+    parts = v**2 / df + (w**2 / dof_w if dof_w else 0.0)
+    return Spread(math.sqrt(net), net**2 / parts if net > 0 else float(df), names)
 
 
 def against_history_borrowed(
-    new: Sequence[SessionSummary],
-    history: Sequence[SessionSummary],
-    spread: Spread,
+    new: Sequence[SessionSummary], history: Sequence[SessionSummary], spread: Spread,
     policy: VerdictPolicy = DEFAULT_POLICY,
-) -> Verdict:
-    """m new sessions against a history too short to show its own spread (K < min_history),
-    judged with a spread learnt elsewhere (``spread``: other configs' sessions on the same
-    hardware and engine settings): the mean of the new session means against the K past
-    means, t with the spread's df and scale sd·√(1/m + 1/K). Provisional (the history is
-    short); calibrated when the borrowed spread is the judged config's too. δ from the
-    spread, as from a history's between-session CV."""
+) -> Verdict:  # fmt: skip
+    """m new sessions against K < min_history past ones: the mean of the new session means
+    against the K past means, with the between-session spread s_b learnt elsewhere (``spread``)
+    and the judged config's own run-to-run noise s_w (pooled over both sides): Var = s_b²(1/m +
+    1/K) + s_w²(Σ1/n_new / m² + Σ1/n_past / K²), df by Satterthwaite, δ from s_b. Provisional;
+    calibrated when the borrowed spread is the judged config's too."""
     if not history or not new:
         raise ValueError("against_history_borrowed needs at least one session on each side")
     k, m = len(history), len(new)
     lr = fmean(x.mean_log for x in new) - fmean(h.mean_log for h in history)
-    se, delta = spread.sd * math.sqrt(1 / m + 1 / k), decision_delta(policy, spread.sd)
-    return _build(lr, se, spread.df, (m, k), delta, spread.sd, "borrowed-spread", None, policy,
+    noisy = [s for s in (*new, *history) if s.n >= 2]
+    dof = sum(s.n - 1 for s in noisy)
+    within = math.fsum((s.n - 1) * s.sd_log**2 for s in noisy) / dof if dof else 0.0
+    between = spread.sd**2 * (1 / m + 1 / k)
+    runs = within * (math.fsum(1 / s.n for s in new) / m**2
+                     + math.fsum(1 / h.n for h in history) / k**2)  # fmt: skip
+    se = math.sqrt(between + runs)
+    parts = between**2 / spread.df + (runs**2 / dof if dof else 0.0)
+    df = (between + runs) ** 2 / parts if parts > 0 else float(spread.df)
+    issue = None if se > _TINY else "no spread between sessions or runs: noise unknown"
+    delta = decision_delta(policy, spread.sd)
+    return _build(lr, se, df, (m, k), delta, spread.sd, "borrowed-spread", issue, policy,
                   spread.source)  # fmt: skip
 
 
