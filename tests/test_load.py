@@ -955,3 +955,37 @@ def test_the_boot_rows_show_the_http_front_and_the_client_beside_the_scheduler()
              "busy_threads": [{"name": "front", "cpu": 2, "cpus": 0.5}]}]  # fmt: skip
     assert load_phases.other_thread(host) == 0.5 and load_phases.client_thread(host) == 0.2
     assert load_phases.other_thread([{}]) is None and load_phases.client_thread([{}]) is None
+
+
+def test_the_stored_speedup_curve_keeps_the_sessions_of_tonights_machine(tmp_path: Path) -> None:
+    """The crossover gate compares tonight's curve with the stored one. Where five sessions of
+    tonight's machine are stored beside other machines' (``--specdec-same-machine auto``), the
+    stored curve is theirs, as the history that judges the levels is: on this machine the
+    speculative config pays 1.2x at 16 clients, on the other it loses."""
+    from pytest_specdec.verdict.judge import judge_baseline
+    from pytest_specdec.verdict.sessions import update_baseline
+
+    def night(uuid: str, seed: int, speedup16: float) -> dict[str, Any]:
+        plain = _config("plain", {1: _noisy(seed, 100.0), 16: _noisy(seed + 1, 1000.0)},
+                        args=())  # fmt: skip
+        spec = _config("spec", {1: _noisy(seed + 2, 150.0),
+                                16: _noisy(seed + 3, 1000.0 * speedup16)})  # fmt: skip
+        doc = _results(plain, spec)
+        doc["started_at"] = f"2026-12-{seed + 1:02d}T00:00:00+00:00"
+        doc["gpu"] = {"devices": [{"name": "NVIDIA H200", "uuid": uuid, "driver_version": "1"}]}
+        return doc
+
+    for seed in range(8):
+        doc = night("GPU-a", seed, 1.2) if seed < 5 else night("GPU-b", seed, 0.8)
+        for config in doc["configs"]:
+            update_baseline(doc, config, tmp_path)
+    tonight = night("GPU-a", 20, 1.2)
+    spec = tonight["configs"][1]
+
+    def stored_state(mode: str) -> str:
+        load = judge_baseline(tonight, spec, tmp_path, POLICY, same_machine=mode).load
+        assert load is not None and load.baseline_crossover is not None
+        return {p.clients: p.state for p in load.baseline_crossover.points}[16]
+
+    assert stored_state("auto") == stored_state("always") == "pays"
+    assert stored_state("never") != "pays"  # eight sessions of two machines: 1.2x and 0.8x

@@ -59,7 +59,10 @@ class Runner(SweepSteps, ReferenceSteps):
         if ref and name != ref:
             if ref not in by_name:
                 raise ValueError(f"reference config {ref} has not been measured")
-            return judge_reference(doc, by_name[name], by_name[ref], policy, load_policy, root)
+            return judge_reference(
+                doc, by_name[name], by_name[ref], policy, load_policy, root,
+                self.settings.same_machine,
+            )  # fmt: skip
         return judge_baseline(
             doc, by_name[name], root, policy, self.settings.allow_mismatch, load_policy,
             self.settings.same_machine,

@@ -139,16 +139,17 @@ def judge_reference(
     policy: VerdictPolicy,
     load_policy: VerdictPolicy | None = None,
     root: Path | None = None,
+    same_machine: str = "auto",
 ) -> Judgement:
     """A/B within one run: Welch t on ln tok/s between two configs' runs, and at each load
     level both measured (``load_policy``; ``root``: the baseline store, for the stored speedup
-    curve beside tonight's)."""
+    curve beside tonight's, of the sessions ``same_machine`` keeps)."""
     judgement = _prompts_reference(results, config, reference, policy)
     if levels_of(config):
         load = judge_load_reference(config, reference, load_policy or policy)
         if root is not None and load.crossover is not None:
             load.baseline_crossover = stored_crossover(
-                results, config, reference, root, load_policy or policy
+                results, config, reference, root, load_policy or policy, same_machine
             )
         judgement.load = load
     return judgement
@@ -282,7 +283,7 @@ def judge_baseline(
         baseline, machines = _machine_history(judgement, results, baseline, same_machine, policy)
     if levels_of(config):
         judgement.load = _load_against_baseline(
-            results, config, baseline, root, load_policy or policy, judgement.message
+            results, config, baseline, root, load_policy or policy, judgement.message, same_machine
         )
         if machines and not config_measured(config):  # else the config's own notes say it
             judgement.load.notes.append(machines)
@@ -334,11 +335,11 @@ def _machine_history(
 
 def _load_against_baseline(
     results: Mapping[str, Any], config: Mapping[str, Any], baseline: Baseline | None,
-    root: Path, policy: VerdictPolicy, why: str = "",
+    root: Path, policy: VerdictPolicy, why: str = "", same_machine: str = "auto",
 ) -> LoadJudgement:  # fmt: skip
     """The load levels against their stored history (when there is one; ``why``: what the
     baseline lookup said), and tonight's speedup curve against a plain config of the same run
-    beside the stored one."""
+    beside the stored one (of the sessions ``same_machine`` keeps)."""
     if baseline is None:
         load = LoadJudgement(NO_BASELINE, why or "no baseline to judge the load levels against", "")
     else:  # a short history borrows the spread of the configs stored beside it
@@ -349,23 +350,30 @@ def _load_against_baseline(
     if plain is not None:
         load.crossover = crossover_of(plain["name"], speedup_levels(config, plain, policy))
         if load.crossover is not None:
-            load.baseline_crossover = stored_crossover(results, config, plain, root, policy)
+            load.baseline_crossover = stored_crossover(
+                results, config, plain, root, policy, same_machine
+            )
     return load
 
 
 def stored_crossover(
     results: Mapping[str, Any], config: Mapping[str, Any], plain: Mapping[str, Any], root: Path,
-    policy: VerdictPolicy,
+    policy: VerdictPolicy, same_machine: str = "auto",
 ) -> Crossover | None:  # fmt: skip
-    """The speedup curve of the two configs' stored baselines (None unless both are stored
-    under tonight's keys)."""
+    """The speedup curve of the two configs' stored baselines, each of the sessions
+    ``same_machine`` keeps for tonight's machine, as a history is (None unless both are stored
+    under tonight's keys, with sessions kept)."""
     stored = []
     for cfg in (config, plain):
         key = key_for(results, cfg)
         found = load_baseline(baseline_path(root, key))
         if found is None or key_mismatch(found.key, key):
             return None
-        stored.append(found)
+        kept, _ = machine_history(found.sessions, machine_of(results), same_machine,
+                                  policy.min_history)  # fmt: skip
+        if not kept:
+            return None
+        stored.append(replace(found, sessions=kept))
     curve = stored_speedups(stored[0], stored[1], levels_of(config), policy)
     return crossover_of(str(plain["name"]), curve)
 
