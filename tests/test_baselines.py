@@ -436,7 +436,8 @@ def test_a_short_history_borrows_the_spread_of_the_configs_stored_beside_it(
     """One stored session of a config says nothing of how sessions spread, and Welch on its
     runs takes another session's 4% wobble for a regression. The suite score and each prompt
     borrow the spread of a config stored beside it with six sessions (same hardware, engine,
-    model, workload): 4% is within it, 20% is not; the explanation names the lender."""
+    model, workload): 4% is within it, 20% is not; the explanation names the lender, which is
+    never the config itself in another file."""
 
     def night(name: str, seed: int, shift: float) -> dict[str, Any]:
         return results_doc({name: {"code": 100 * shift, "prose": 80 * shift}}, seed=seed,
@@ -464,14 +465,44 @@ def test_a_short_history_borrows_the_spread_of_the_configs_stored_beside_it(
     slow = night("spec", 12, 0.8)
     judged = judge_baseline(slow, slow["configs"][0], tmp_path, POLICY)
     assert judged.suite is not None and judged.suite.outcome is Outcome.REGRESSED
-    # the same config stored under another name is never its own lender
-    renamed = night("spec-old", 14, 1.0)
-    renamed["configs"][0]["config"]["sha256"] = "spec"
+    # the config itself in another file (the same model under another file name) never lends
+    renamed = night("spec", 14, 1.0)
+    renamed["configs"][0]["models"]["target"]["id"] = "m-copy.gguf"
     for seed in range(6):
         update_baseline({**renamed, "started_at": f"r{seed}"}, renamed["configs"][0], tmp_path)
+    assert len([f for f in tmp_path.rglob("spec--*.json") if "alone" not in f.parts]) == 2
     judged = judge_baseline(wobble, wobble["configs"][0], tmp_path, POLICY)
     assert judged.suite is not None and judged.suite.spread_source == "plain (6 sessions)"
     # the lender itself has a long enough history: judged on its own
     again = night("plain", 13, 1.0)
     own = judge_baseline(again, again["configs"][0], tmp_path, POLICY)
     assert own.suite is not None and own.suite.method == "prediction-interval"
+
+
+def test_lenders_keep_the_sessions_of_tonights_machine(tmp_path: Path) -> None:
+    """A lender's sessions are those ``--specdec-same-machine`` keeps for tonight's machine, as
+    the judged history's are: with five of tonight's machine stored beside three of another
+    (10% slower), ``auto`` lends the five's spread and ``never`` all eight's."""
+
+    def night(name: str, uuid: str, seed: int, speed: float) -> dict[str, Any]:
+        doc = results_doc({name: {"code": speed, "prose": speed * 0.8}}, seed=seed,
+                          noise=0.004, started=f"n{seed}", config_sha=name)  # fmt: skip
+        doc["gpu"] = {"devices": [{"name": "NVIDIA H200", "uuid": uuid, "driver_version": "1"}]}
+        return doc
+
+    for seed in range(8):
+        doc = night("plain", "GPU-a", seed, 100) if seed < 5 else night("plain", "GPU-b", seed, 90)
+        update_baseline(doc, doc["configs"][0], tmp_path)
+    first = night("spec", "GPU-a", 10, 120)
+    update_baseline(first, first["configs"][0], tmp_path)
+    tonight = night("spec", "GPU-a", 11, 120)
+    spreads = {}
+    for mode in ("auto", "never"):
+        suite = judge_baseline(tonight, tonight["configs"][0], tmp_path, POLICY,
+                               same_machine=mode).suite  # fmt: skip
+        assert suite is not None and suite.method == "borrowed-spread"
+        spreads[mode] = (suite.spread_source, suite.between_cv)
+    assert (
+        spreads["auto"][0] == "plain (5 sessions)" and spreads["never"][0] == "plain (8 sessions)"
+    )
+    assert spreads["auto"][1] < 0.01 < spreads["never"][1]

@@ -476,6 +476,11 @@ def test_a_spread_pooled_from_other_configs_judges_a_short_history() -> None:
     assert v.between_cv == spread.sd and v.spread_source == spread.source
     assert v.explanation.endswith(f"borrowed from {spread.source}")
     assert v.to_dict()["spread_source"] == spread.source
+    # one run a session tonight and before: the lenders' run-to-run noise stands in for its own
+    ones = against_history_borrowed(sessions([190.0], 0.0, 1), sessions([200.0], 0.0, 1), spread)
+    assert spread.runs == (pytest.approx(0.004**2), 13 * 3)
+    lent = spread.sd**2 * 2 + 0.004**2 * 2
+    assert ones.se_log == pytest.approx(math.sqrt(lent), rel=1e-12)
     # no spread anywhere: no test, said so
     flat = against_history_borrowed(sessions([190.0], sd=0.0), sessions([200.0], sd=0.0), quiet)
     assert flat.issue is not None and flat.outcome is Outcome.INCONCLUSIVE

@@ -311,8 +311,8 @@ SHARED_FIELDS = tuple(
 def neighbours(root: Path, key: Mapping[str, Any]) -> list[Baseline]:
     """The other configs' baselines stored beside ``key``'s: the same hardware, engine, engine
     settings, target model, workload, sampling and protocol, so their sessions show how far
-    sessions measured this way spread; never the same config stored under another name. A
-    file that cannot be read is left out here (judging its own config reports it)."""
+    sessions measured this way spread; never the config itself in another file (another model
+    file name). A file that cannot be read is left out here (judging its config reports it)."""
     own = baseline_path(root, key)
     out = []
     for path in sorted(own.parent.glob("*.json")):
@@ -324,11 +324,7 @@ def neighbours(root: Path, key: Mapping[str, Any]) -> list[Baseline]:
             continue
         if found is None or any(found.key.get(f) != key.get(f) for f in SHARED_FIELDS):
             continue
-        same = found.key.get("config") == key.get("config") or (
-            key.get("config_sha256") is not None
-            and found.key.get("config_sha256") == key.get("config_sha256")
-        )  # the same config under another file (a renamed model file, a renamed config)
-        if not same:
+        if found.key.get("config") != key.get("config"):  # not itself under another file name
             out.append(found)
     return out
 

@@ -75,7 +75,7 @@ def borrowed_spread(
     for name, cells in lenders:
         try:
             groups.append((name, cells()))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, ArithmeticError):
             continue
     return pooled_spread(groups, policy.min_history, own=history)
 

@@ -296,19 +296,23 @@ def judge_baseline(
         return judgement
     prompts = workload_prompts(results)
     cells = [baseline.suite_history(), *(baseline.prompt_history(p) for p in prompts)]
-    nearby = _lenders(root, results, config, cells, policy)
+    nearby = _lenders(root, results, config, cells, policy, same_machine)
     return _prompts_baseline(judgement, results, config, baseline, policy, nearby)
 
 
 def _lenders(
     root: Path, results: Mapping[str, Any], config: Mapping[str, Any],
-    cells: Sequence[Sequence[SessionSummary]], policy: VerdictPolicy,
+    cells: Sequence[Sequence[SessionSummary]], policy: VerdictPolicy, same_machine: str,
 ) -> list[Baseline]:  # fmt: skip
-    """The configs stored beside ``config`` that may lend a short history their spread; read
-    only where one of its ``cells`` (histories) is shorter than ``policy.min_history``."""
+    """The configs stored beside ``config`` that may lend a short history their spread, each
+    with the sessions ``same_machine`` keeps for tonight's machine; read only where one of its
+    ``cells`` (histories) is shorter than ``policy.min_history``."""
     if all(len(h) >= policy.min_history for h in cells):
         return []
-    return neighbours(root, key_for(results, config))
+    tonight = machine_of(results)
+    return [replace(b, sessions=machine_history(b.sessions, tonight, same_machine,
+                                                policy.min_history)[0])
+            for b in neighbours(root, key_for(results, config))]  # fmt: skip
 
 
 def _machine_history(
@@ -344,7 +348,7 @@ def _load_against_baseline(
         load = LoadJudgement(NO_BASELINE, why or "no baseline to judge the load levels against", "")
     else:  # a short history borrows the spread of the configs stored beside it
         cells = [baseline.level_history(c) for c in levels_of(config)]
-        nearby = _lenders(root, results, config, cells, policy)
+        nearby = _lenders(root, results, config, cells, policy, same_machine)
         load = judge_load_history(config, baseline, policy, nearby)
     plain = plain_config(results, config)
     if plain is not None:

@@ -90,20 +90,19 @@ class VerdictPolicy:
 DEFAULT_POLICY = VerdictPolicy()
 _UNITS = {"prediction-interval": "sessions", "welch": "runs per side", "welch-provisional": "runs",
           "borrowed-spread": "sessions"}  # fmt: skip
-# Short histories: a verdict by one of these is provisional.
 PROVISIONAL_METHODS = frozenset({"welch-provisional", "borrowed-spread"})
 SESSION_METHODS = frozenset({"prediction-interval", "borrowed-spread"})
 
 
 @dataclass(frozen=True)
 class Spread:
-    """How far server sessions' effects spread, learnt elsewhere than the judged history: the
-    sd of session means in ln tok/s net of the run-to-run noise they carry (the between-session
-    CV), with ``df`` degrees of freedom; ``source`` says where it was learnt."""
+    """Learnt elsewhere than the judged history (``source``): the between-session CV ``sd`` with
+    ``df``, and the run-to-run variance of ln tok/s with its df (``runs``)."""
 
     sd: float
     df: float
     source: str
+    runs: tuple[float, int] = (0.0, 0)
 
 
 @dataclass(frozen=True)
@@ -387,27 +386,28 @@ def pooled_spread(
     v = math.fsum((len(ss) - 1) * mean_sd([h.mean_log for h in ss])[1] ** 2 for _, ss in used) / df
     w = math.fsum((len(ss) - 1) * fmean(h.sd_log**2 / h.n for h in ss) for _, ss in used) / df
     dof_w = sum(h.n - 1 for _, ss in used for h in ss)
+    run_var = math.fsum((h.n - 1) * h.sd_log**2 for _, ss in used for h in ss) / max(1, dof_w)
     net = max(0.0, v - w)
     parts = v**2 / df + (w**2 / dof_w if dof_w else 0.0)
-    return Spread(math.sqrt(net), net**2 / parts if net > 0 else float(df), names)
+    return Spread(math.sqrt(net), net**2 / parts if net > 0 else float(df), names, (run_var, dof_w))
 
 
 def against_history_borrowed(
     new: Sequence[SessionSummary], history: Sequence[SessionSummary], spread: Spread,
     policy: VerdictPolicy = DEFAULT_POLICY,
 ) -> Verdict:  # fmt: skip
-    """m new sessions against K < min_history past ones: the mean of the new session means
-    against the K past means, with the between-session spread s_b learnt elsewhere (``spread``)
-    and the judged config's own run-to-run noise s_w (pooled over both sides): Var = s_b²(1/m +
-    1/K) + s_w²(Σ1/n_new / m² + Σ1/n_past / K²), df by Satterthwaite, δ from s_b. Provisional;
-    calibrated when the borrowed spread is the judged config's too."""
+    """m new sessions' mean of means against K < min_history past ones', with the between-session
+    spread s_b learnt elsewhere (``spread``) and the run-to-run noise s_w of the judged config's
+    sessions (the lenders' if each ran once): Var = s_b²(1/m + 1/K) + s_w²(Σ1/n_new / m² +
+    Σ1/n_past / K²), df by Satterthwaite, δ from s_b. Provisional; calibrated when the borrowed
+    spread is the judged config's too."""
     if not history or not new:
         raise ValueError("against_history_borrowed needs at least one session on each side")
     k, m = len(history), len(new)
     lr = fmean(x.mean_log for x in new) - fmean(h.mean_log for h in history)
-    noisy = [s for s in (*new, *history) if s.n >= 2]
-    dof = sum(s.n - 1 for s in noisy)
-    within = math.fsum((s.n - 1) * s.sd_log**2 for s in noisy) / dof if dof else 0.0
+    own, dof = (*new, *history), sum(s.n - 1 for s in (*new, *history))
+    within = math.fsum((s.n - 1) * s.sd_log**2 for s in own) / dof if dof else spread.runs[0]
+    dof = dof or spread.runs[1]
     between = spread.sd**2 * (1 / m + 1 / k)
     runs = within * (math.fsum(1 / s.n for s in new) / m**2
                      + math.fsum(1 / h.n for h in history) / k**2)  # fmt: skip
