@@ -448,6 +448,10 @@ def test_a_short_history_borrows_the_spread_of_the_configs_stored_beside_it(
         update_baseline(doc, doc["configs"][0], tmp_path)
     first = night("spec", 10, 1.0)
     update_baseline(first, first["configs"][0], tmp_path)
+    (plain,) = tmp_path.rglob("plain--*.json")  # a lender whose suite cell overflows lends nothing
+    broken = json.loads(plain.read_text())
+    broken["key"]["config"], broken["sessions"][0]["suite"]["n"] = "broken", math.inf
+    (plain.parent / "broken--m-gguf.json").write_text(json.dumps(broken))
 
     wobble = night("spec", 11, 0.96)
     judged = judge_baseline(wobble, wobble["configs"][0], tmp_path, POLICY)
