@@ -165,6 +165,6 @@ def load_judged(
             baseline = replace(baseline, sessions=baseline.sessions[:stored])
         root = baselines.parent.parent  # <root>/<hardware>/<engine>/<config>--<model>.json
         nearby = neighbours(root, key_for(doc, config)) if borrow else []
-        out[config["name"]] = judge_load_history(config, baseline, policy, nearby)
+        out[config["name"]] = judge_load_history(config, baseline, policy, lambda n=nearby: n)
     adjust_load(list(out.values()), policy)
     return {name: judged.levels for name, judged in out.items()}

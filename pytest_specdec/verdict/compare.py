@@ -8,6 +8,7 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
+from pytest_specdec.verdict.baselines import Baseline
 from pytest_specdec.verdict.sessions import session_means
 from pytest_specdec.verdict.stats import (
     SessionSummary,
@@ -58,23 +59,21 @@ def history_verdict(
     return welch_log([v for s in new for v in s], raw, policy, provisional=True)
 
 
-# A config stored beside the judged one: its name, and how to read its sessions of one cell.
-Lender = tuple[str, Callable[[], Sequence[SessionSummary]]]
-
-
 def borrowed_spread(
-    history: Sequence[SessionSummary], lenders: Sequence[Lender], policy: VerdictPolicy
-) -> Spread | None:
-    """The spread a history shorter than ``policy.min_history`` borrows: the lenders' sessions
-    of the same cell pooled where they have ``min_history`` or more, with the history's own
-    from two; None for a long enough history, or none to borrow. A lender whose stored cell
-    cannot be read lends nothing (judging its own config reports the file)."""
+    history: Sequence[SessionSummary], lenders: Callable[[], Sequence[Baseline]],
+    cell: Callable[[Baseline], Sequence[SessionSummary]], policy: VerdictPolicy,
+) -> Spread | None:  # fmt: skip
+    """The spread a history shorter than ``policy.min_history`` borrows: the ``cell`` (the
+    same prompt, suite score or level) of each of the configs stored beside it (``lenders``,
+    read only now), pooled where it holds ``min_history`` sessions or more, with the history's
+    own from two; None for a long enough history, or none to borrow. A lender whose stored
+    cell cannot be read lends nothing (judging its own config reports the file)."""
     if len(history) >= policy.min_history:
         return None
     groups = []
-    for name, cells in lenders:
+    for lender in lenders():
         try:
-            groups.append((name, cells()))
+            groups.append((str(lender.key.get("config")), cell(lender)))
         except (ValueError, KeyError, TypeError, ArithmeticError):
             continue
     return pooled_spread(groups, policy.min_history, own=history)

@@ -7,10 +7,10 @@ diagnosis. Holm's adjustment runs across the configs of one run.
 
 from __future__ import annotations
 
+import functools
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial as bind
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +58,6 @@ from pytest_specdec.verdict.sessions import (
     workload_prompts,
 )
 from pytest_specdec.verdict.stats import (
-    SessionSummary,
-    Spread,
     Verdict,
     VerdictPolicy,
 )
@@ -281,10 +279,12 @@ def judge_baseline(
     machines = None
     if baseline is not None:
         baseline, machines = _machine_history(judgement, results, baseline, same_machine, policy)
+    lenders = _lenders(root, results, config, policy, same_machine)
     if levels_of(config):
         judgement.load = _load_against_baseline(
-            results, config, baseline, root, load_policy or policy, judgement.message, same_machine
-        )
+            results, config, baseline, root, load_policy or policy, judgement.message,
+            same_machine, lenders,
+        )  # fmt: skip
         if machines and not config_measured(config):  # else the config's own notes say it
             judgement.load.notes.append(machines)
     if machines and config_measured(config):
@@ -294,25 +294,33 @@ def judge_baseline(
         return judgement
     if baseline is None:
         return judgement
-    prompts = workload_prompts(results)
-    cells = [baseline.suite_history(), *(baseline.prompt_history(p) for p in prompts)]
-    nearby = _lenders(root, results, config, cells, policy, same_machine)
-    return _prompts_baseline(judgement, results, config, baseline, policy, nearby)
+    return _prompts_baseline(judgement, results, config, baseline, policy, lenders)
 
 
 def _lenders(
-    root: Path, results: Mapping[str, Any], config: Mapping[str, Any],
-    cells: Sequence[Sequence[SessionSummary]], policy: VerdictPolicy, same_machine: str,
-) -> list[Baseline]:  # fmt: skip
+    root: Path, results: Mapping[str, Any], config: Mapping[str, Any], policy: VerdictPolicy,
+    same_machine: str,
+) -> Callable[[], list[Baseline]]:  # fmt: skip
     """The configs stored beside ``config`` that may lend a short history their spread, each
-    with the sessions ``same_machine`` keeps for tonight's machine; read only where one of its
-    ``cells`` (histories) is shorter than ``policy.min_history``."""
-    if all(len(h) >= policy.min_history for h in cells):
-        return []
-    tonight = machine_of(results)
-    return [replace(b, sessions=machine_history(b.sessions, tonight, same_machine,
-                                                policy.min_history)[0])
-            for b in neighbours(root, key_for(results, config))]  # fmt: skip
+    with the sessions ``same_machine`` keeps for tonight's machine: read once, when a short
+    history first asks."""
+
+    @functools.cache
+    def read() -> list[Baseline]:
+        tonight = machine_of(results)
+        return [_tonights(b, tonight, same_machine, policy)[0]
+                for b in neighbours(root, key_for(results, config))]  # fmt: skip
+
+    return read
+
+
+def _tonights(
+    baseline: Baseline, tonight: str | None, same_machine: str, policy: VerdictPolicy
+) -> tuple[Baseline, str | None]:
+    """``baseline`` with the sessions ``same_machine`` keeps for tonight's machine
+    (verdict/machines.py), and the note that says which."""
+    kept, note = machine_history(baseline.sessions, tonight, same_machine, policy.min_history)
+    return replace(baseline, sessions=kept), note
 
 
 def _machine_history(
@@ -323,8 +331,8 @@ def _machine_history(
     which; None, and the judgement closed as NO_BASELINE, where none of tonight's machine is
     stored and ``same_machine`` asks for them alone."""
     tonight = machine_of(results)
-    kept, note = machine_history(baseline.sessions, tonight, same_machine, policy.min_history)
-    if not kept:
+    kept, note = _tonights(baseline, tonight, same_machine, policy)
+    if not kept.sessions:
         judgement.status = NO_BASELINE
         judgement.message = (
             f"no stored session of tonight's machine ({tonight}) among the "
@@ -333,23 +341,23 @@ def _machine_history(
             "every machine's with --specdec-same-machine auto"
         )
         return None, None
-    judgement.against = f"baseline ({len(kept)} sessions)"
-    return replace(baseline, sessions=kept), note
+    judgement.against = f"baseline ({len(kept.sessions)} sessions)"
+    return kept, note
 
 
 def _load_against_baseline(
     results: Mapping[str, Any], config: Mapping[str, Any], baseline: Baseline | None,
     root: Path, policy: VerdictPolicy, why: str = "", same_machine: str = "auto",
+    lenders: Callable[[], Sequence[Baseline]] = tuple,
 ) -> LoadJudgement:  # fmt: skip
     """The load levels against their stored history (when there is one; ``why``: what the
     baseline lookup said), and tonight's speedup curve against a plain config of the same run
-    beside the stored one (of the sessions ``same_machine`` keeps)."""
+    beside the stored one (of the sessions ``same_machine`` keeps); a short history borrows the
+    spread of ``lenders``."""
     if baseline is None:
         load = LoadJudgement(NO_BASELINE, why or "no baseline to judge the load levels against", "")
-    else:  # a short history borrows the spread of the configs stored beside it
-        cells = [baseline.level_history(c) for c in levels_of(config)]
-        nearby = _lenders(root, results, config, cells, policy, same_machine)
-        load = judge_load_history(config, baseline, policy, nearby)
+    else:
+        load = judge_load_history(config, baseline, policy, lenders)
     plain = plain_config(results, config)
     if plain is not None:
         load.crossover = crossover_of(plain["name"], speedup_levels(config, plain, policy))
@@ -373,21 +381,20 @@ def stored_crossover(
         found = load_baseline(baseline_path(root, key))
         if found is None or key_mismatch(found.key, key):
             return None
-        kept, _ = machine_history(found.sessions, machine_of(results), same_machine,
-                                  policy.min_history)  # fmt: skip
-        if not kept:
+        kept, _ = _tonights(found, machine_of(results), same_machine, policy)
+        if not kept.sessions:
             return None
-        stored.append(replace(found, sessions=kept))
+        stored.append(kept)
     curve = stored_speedups(stored[0], stored[1], levels_of(config), policy)
     return crossover_of(str(plain["name"]), curve)
 
 
 def _prompts_baseline(
     judgement: Judgement, results: Mapping[str, Any], config: Mapping[str, Any],
-    baseline: Baseline, policy: VerdictPolicy, nearby: Sequence[Baseline] = (),
+    baseline: Baseline, policy: VerdictPolicy, lenders: Callable[[], Sequence[Baseline]] = tuple,
 ) -> Judgement:  # fmt: skip
     """Each prompt and the suite score against their stored history; a short one borrows the
-    spread between sessions of the configs stored beside it (``nearby``)."""
+    spread between sessions of the configs stored beside it (``lenders``)."""
     prompts = workload_prompts(results)
     score = judgement.score
     partial = unmeasured_prompts(config, prompts)
@@ -400,24 +407,24 @@ def _prompts_baseline(
         judgement.status, judgement.message = UNJUDGEABLE, problem
         return judgement
     new_s = by_session(config, prompts, score)
-
-    def spread(history: Sequence[SessionSummary], prompt: str | None) -> Spread | None:
-        lenders = [(str(b.key.get("config")),
-                    bind(b.prompt_history, prompt) if prompt is not None else b.suite_history)
-                   for b in nearby]  # fmt: skip
-        return borrowed_spread(history, lenders, policy)
-
     judgement.prompts = {
         p: history_verdict(
-            [s[p] for s in new_s], history, baseline.raw_runs(p), policy, spread(history, p)
+            [s[p] for s in new_s],
+            history,
+            baseline.raw_runs(p),
+            policy,
+            borrowed_spread(
+                history, lenders, functools.partial(Baseline.prompt_history, prompt=p), policy
+            ),
         )
         for p in prompts
         if (history := baseline.prompt_history(p))
     }
     suite = baseline.suite_history()
     judgement.suite = history_verdict(
-        [suite_runs(s) for s in new_s], suite, baseline.raw_runs(None), policy, spread(suite, None)
-    )
+        [suite_runs(s) for s in new_s], suite, baseline.raw_runs(None), policy,
+        borrowed_spread(suite, lenders, Baseline.suite_history, policy),
+    )  # fmt: skip
     judgement.accept = _accept_change(
         accept_means(config, prompts), _history_accept(baseline, prompts)
     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -41,7 +41,6 @@ from pytest_specdec.verdict.crossover import Crossover, crossover_of
 from pytest_specdec.verdict.sessions import level_accept, level_sessions, round_errors
 from pytest_specdec.verdict.stats import (
     SessionSummary,
-    Spread,
     Verdict,
     VerdictPolicy,
     adjust_verdicts,
@@ -292,23 +291,13 @@ def _empty(config: Mapping[str, Any], against: str) -> LoadJudgement | None:
     return None
 
 
-def level_spread(
-    clients: int, history: Sequence[SessionSummary], neighbours: Sequence[Baseline],
-    policy: VerdictPolicy,
-) -> Spread | None:  # fmt: skip
-    """How far sessions spread at this level in the configs stored beside it with a long
-    history (pooled with its own), for a history shorter than ``policy.min_history``."""
-    lenders = [(str(b.key.get("config")), partial(b.level_history, clients)) for b in neighbours]
-    return borrowed_spread(history, lenders, policy)
-
-
 def judge_load_history(
     config: Mapping[str, Any], baseline: Baseline, policy: VerdictPolicy,
-    neighbours: Sequence[Baseline] = (),
+    lenders: Callable[[], Sequence[Baseline]] = tuple,
 ) -> LoadJudgement:  # fmt: skip
     """Each level against the level's stored history in ``baseline``; a level with a short
-    history borrows the spread between sessions from ``neighbours`` (the other configs stored
-    with the same settings) where they have a long one."""
+    history borrows the spread between sessions from ``lenders`` (the other configs stored
+    with the same settings, read when one asks) where they have a long one."""
     against = f"baseline ({len(baseline.sessions)} sessions)"
     out = _empty(config, against)
     if out is not None:
@@ -327,7 +316,8 @@ def judge_load_history(
         cells = baseline.level_cells(clients)
         stored = [c.get("accept_length") for c in cells]
         accepts = [float(a) for a in stored if a]
-        spread = level_spread(clients, history, neighbours, policy)
+        level = partial(Baseline.level_history, clients=clients)
+        spread = borrowed_spread(history, lenders, level, policy)
         verdict = history_verdict(new, history, raw, policy, spread)
         accept = _accept_change(
             level_accept(config, clients), statistics.fmean(accepts) if accepts else None
