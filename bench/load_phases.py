@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from pytest_specdec.core.results import load_results
-from pytest_specdec.measure.host import shared_cpus
+from pytest_specdec.measure.host import other_threads, shared_cpus
 from pytest_specdec.measure.levels import (
     RoundResult,
     decode_passes,
@@ -83,8 +83,7 @@ def placed(host: Sequence[dict[str, Any]]) -> str:
 def other_thread(host: Sequence[dict[str, Any]]) -> float | None:
     """The most CPUs' worth any thread of an engine process other than each round's busiest
     ran in a round of the boot (SGLang's HTTP front and tokenizer manager); None: not read."""
-    ran = [float(t["cpus"]) for h in host for t in h.get("busy_threads") or []
-           if t["name"] != (h.get("busiest") or {}).get("name")]  # fmt: skip
+    ran = [cpus for h in host for cpus in other_threads(h).values()]
     return max(ran) if ran else None
 
 

@@ -290,6 +290,18 @@ OTHER_BUSY_CPUS = 0.5  # a thread of another engine process this busy is named i
 NEAR_ONE_CPU = 0.8  # a thread this busy is close to all one CPU can give it
 
 
+def other_threads(facts: Mapping[str, Any]) -> dict[str, float]:
+    """One round's busiest thread of each engine process other than the round's busiest
+    process, by process name: CPUs' worth it ran (threads under ``BUSY_THREAD_CPUS`` unseen)."""
+    top = str((facts.get("busiest") or {}).get("name"))
+    most: dict[str, float] = {}
+    for thread in facts.get("busy_threads") or []:
+        name = str(thread["name"])
+        if name != top:
+            most[name] = max(most.get(name, 0.0), float(thread["cpus"]))
+    return most
+
+
 def other_busy(read: Sequence[Mapping[str, Any]]) -> str | None:
     """The busiest thread of each engine process other than the busiest process, over the
     rounds, where it ran ``OTHER_BUSY_CPUS`` or more in some round: ``python3 0.77-0.91 CPUs``,
@@ -299,13 +311,7 @@ def other_busy(read: Sequence[Mapping[str, Any]]) -> str | None:
     scheduler polls and reads one CPU whatever its load."""
     per_name: dict[str, list[float]] = {}
     for facts in read:
-        top = str((facts.get("busiest") or {}).get("name"))  # this round's busiest process
-        most: dict[str, float] = {}
-        for thread in facts.get("busy_threads") or []:
-            name = str(thread["name"])
-            if name != top:
-                most[name] = max(most.get(name, 0.0), float(thread["cpus"]))
-        for name, cpus in most.items():
+        for name, cpus in other_threads(facts).items():
             per_name.setdefault(name, []).append(cpus)
     shown = {n: v for n, v in sorted(per_name.items()) if max(v) >= OTHER_BUSY_CPUS}
     if not shown:
