@@ -104,6 +104,23 @@ HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
           "once 5 are stored beside others', else all; always: only those; never: all")),
 ]  # fmt: skip
 
+# Server sessions: how many, and when a config's further ones are skipped (driver/stopping.py).
+SESSION_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--specdec-sessions",
+     dict(type=positive_int, default=1, metavar="N",
+          help="server sessions per config, interleaved A B A B (default: 1); sessions are "
+          "the unit of replication, so several resolve smaller changes")),
+    ("--specdec-adaptive",
+     dict(action="store_true",
+          help="with --specdec-sessions N: skip a config's further sessions once its verdicts "
+          "are decided: the one-request verdict and every load level's (the plain config of "
+          "an A/B runs on while a judged config does)")),
+    ("--specdec-max-minutes",
+     dict(type=positive_float, default=None, metavar="M",
+          help="with --specdec-sessions N: skip a config's session that would take its "
+          "sessions' machine time (boots included, as recorded) past M minutes")),
+]  # fmt: skip
+
 # Load levels: concurrent closed-loop clients, measured in rounds (suites/test_concurrency.py).
 LOAD_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--specdec-concurrency",
@@ -183,24 +200,7 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             help="draft model for every config that needs one (overrides the suite file)",
         ),
     ),
-    (
-        "--specdec-sessions",
-        dict(
-            type=positive_int,
-            default=1,
-            metavar="N",
-            help="server sessions per config, interleaved A B A B (default: 1); sessions are "
-            "the unit of replication, so several resolve smaller changes",
-        ),
-    ),
-    (
-        "--specdec-adaptive",
-        dict(
-            action="store_true",
-            help="with --specdec-sessions N: skip a config's further sessions once its verdict "
-            "is decided",
-        ),
-    ),
+    *SESSION_OPTIONS,
     (
         "--specdec-results",
         dict(

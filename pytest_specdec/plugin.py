@@ -153,10 +153,9 @@ def specdec_server(
         if problem is not None:
             pytest.fail(problem, pytrace=False)
     if specdec_slot.session > 1:
-        decided = specdec.decided(cfg.name)
-        if decided is not None:
-            done = specdec_slot.session - 1
-            pytest.skip(f"{cfg.name}: decided after {done} session(s): {decided.outcome}")
+        reason = specdec.skip_reason(cfg.name, specdec_slot.session - 1)
+        if reason is not None:
+            pytest.skip(reason)
     failure = None
     try:
         server = specdec.boot(cfg, specdec_slot.session)
@@ -241,7 +240,9 @@ def check_load(
     if found:
         pytest.fail("\n".join(found + load.notes), pytrace=False)
     if load.status == NO_BASELINE and load.crossover is None:
-        pytest.skip(judgement.message or load.message)
+        first = load.message.split(";")[0]
+        pytest.skip(f"{name}: {first}; this run creates it" if runner.settings.update_baselines
+                    else f"{name}: {load.message}")  # fmt: skip
     return judgement
 
 

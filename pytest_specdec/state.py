@@ -227,6 +227,7 @@ class SpecdecState:
             concurrency=getopt("--specdec-concurrency") or self.suite.concurrency,
             rounds=getopt("--specdec-rounds") or self.suite.rounds or DEFAULT_ROUNDS,
             adaptive=getopt("--specdec-adaptive"),
+            max_minutes=getopt("--specdec-max-minutes"),
             cpus=self._engine_cpus(given) if given is not None else None,
             hardware_fields=hardware_fields(self.config),
         )

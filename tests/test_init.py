@@ -219,7 +219,8 @@ def test_the_written_load_job_names_its_levels(layout: Layout, tmp_path: Path) -
     doc: dict[str, Any] = yaml.safe_load(workflows(layout)[".github/workflows/nightly-gpu.yml"])
     env = job_defaults(doc, "load", run_plan(doc, tmp_path))
     assert env["SPECDEC_LOAD_SUITE_FILE"] == "suites/specdec.toml"
-    assert env["SPECDEC_LOAD_LEVELS"] == "1,4,16,64" and env["SPECDEC_LOAD_SESSIONS"] == "2"
+    assert env["SPECDEC_LOAD_LEVELS"] == "1,4,16,64" and env["SPECDEC_LOAD_SESSIONS"] == "5"
+    assert env["SPECDEC_LOAD_MAX_MINUTES"] == "15"
     assert env["SPECDEC_LOAD_FAIL_ON"] == "regressed,crossover"
     assert '--specdec-concurrency "$SPECDEC_LOAD_LEVELS"' in load_command(doc)
     assert "--specdec-max-tokens" not in load_command(doc)
@@ -254,7 +255,7 @@ def test_the_written_load_command_runs_in_the_written_layout(tmp_path: Path) -> 
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     for item in ("test_concurrency[baseline-c1]", "test_concurrency[standalone-d16@2-c64]",
-                 "test_load_verdict[standalone-d16@2]"):  # fmt: skip
+                 "test_load_verdict[standalone-d16@5]"):  # fmt: skip
         assert f"suites/test_concurrency.py::{item}" in done.stdout, done.stdout
 
 

@@ -416,6 +416,8 @@ def check_load_job(doc: dict[str, Any]) -> None:
         '--specdec-engine "$SPECDEC_ENGINE"',
         '--spec-config "$SPECDEC_LOAD_CONFIGS"',
         '--specdec-sessions "$SPECDEC_LOAD_SESSIONS"',
+        "--specdec-adaptive",  # a config stops once every level is decided
+        '--specdec-max-minutes "$SPECDEC_LOAD_MAX_MINUTES"',
         "--specdec-require-gpu",
         '--specdec-fail-on "$SPECDEC_LOAD_FAIL_ON"',
         "--specdec-provisional report",
@@ -505,14 +507,18 @@ def test_the_load_defaults_fit_the_load_baselines() -> None:
 
 
 def test_the_load_budget() -> None:
-    """timeout-minutes states the budget: the load set x the default sessions x the H200's
-    worst minutes per curve, with half again for the suite step, and room for the rest."""
+    """timeout-minutes states the budget: the load set x the GPU-minutes a config may hold
+    (which caps the default sessions, each up to the H200's worst minutes per curve), with half
+    again for the suite step, and room for the rest."""
     doc = by_name("nightly-gpu.yml")
     job = doc["jobs"]["load"]
     configs = len(doc["env"]["NIGHTLY_LOAD_CONFIGS"].split(","))
     sessions = re.fullmatch(r"\$\{\{ .* \|\| (\d+) \}\}", job["env"]["SPECDEC_LOAD_SESSIONS"])
+    cap = re.fullmatch(r"\$\{\{ vars.SPECDEC_LOAD_MAX_MINUTES \|\| (\d+) \}\}",
+                       job["env"]["SPECDEC_LOAD_MAX_MINUTES"])  # fmt: skip
     assert sessions and int(sessions[1]) >= 2  # a one-session night judges boots apart
-    worst = configs * int(sessions[1]) * LOAD_MINUTES
+    assert cap and int(sessions[1]) * LOAD_MINUTES >= int(cap[1]) >= 2 * LOAD_MINUTES
+    worst = configs * int(cap[1])
     step = _step(doc, "load", "pytest suites")["timeout-minutes"]
     assert worst * LOAD_MARGIN <= step < worst * LOAD_MARGIN + 5, (worst, step)
     assert job["timeout-minutes"] == step + 15  # the environment, the install, the lint

@@ -47,23 +47,28 @@ OWN_TOKENS_FLAG = "          --specdec-max-tokens 128\n"
 OWN_BUDGET = """\
     # The budget. On the H200 a config's whole curve (1, 4, 16 and 64 clients, 4 rounds a
     # level, 128 tokens a request) cost 2.3 to 3.6 GPU-minutes per server session, its boot
-    # included (docs/gpu-run.md, "A seventh H200"): the load set, 4 configs x 2 sessions, takes
-    # 18 to 29 minutes. The suite step gets 45 (the worst case and half again), the job 15 more
-    # for the environment, the install and the lint. More configs or sessions: up to 3.6
-    # minutes more per config and session, 5.4 with the margin; raise both. Two sessions a
-    # night against the stored ones leave a level's MDE above 5% at 16 and 64 clients, where the
-    # host's pace spreads the boots 2-3%; five a night against twenty stored bring every level
-    # of baseline and standalone-d16 to 5% or less, 11.5-11.8 GPU-minutes a config
-    # (docs/gpu-run.md, "A thirteenth H200": SPECDEC_LOAD_SESSIONS=5, both budgets x2.5).
-    timeout-minutes: 60
+    # included (docs/gpu-run.md, "A seventh H200"). Two sessions a night against the stored
+    # ones leave a level's MDE above 5% at 16 and 64 clients, where the host's pace spreads the
+    # boots 2-3%; five a night against twenty stored bring every level of baseline and
+    # standalone-d16 to 5% or less, 11.5-11.8 GPU-minutes a config (docs/gpu-run.md, "A
+    # thirteenth H200"). So a config boots up to SPECDEC_LOAD_SESSIONS sessions (5), stops once
+    # every level's verdict is decided (--specdec-adaptive), and boots none that would take its
+    # sessions past SPECDEC_LOAD_MAX_MINUTES (15) GPU-minutes as the run records them: the load
+    # set, 4 configs, takes 60 minutes at most, a night whose levels decide early less. The
+    # suite step gets 90 (the worst case and half again), the job 15 more for the environment,
+    # the install and the lint. More configs: 15 minutes more each, 22.5 with the margin.
+    timeout-minutes: 105
 """
 BUDGET = """\
-    # The budget: the suite step gets twice the 45 minutes of pytest-specdec's own, the job 15
-    # more. On its H200 a config's whole curve (1, 4, 16 and 64 clients, 4 rounds a level, 128
-    # tokens a request) cost 2.3 to 3.6 GPU-minutes per server session, boot included: 18 to 29
-    # minutes for 4 configs x 2 sessions. Here a level has the suite's rounds (5 by default) and
-    # requests its output length (256 tokens by default), on your models: time a night and set
-    # both.
+    # The budget: a config boots up to SPECDEC_LOAD_SESSIONS server sessions (5), stops once
+    # every level's verdict is decided (--specdec-adaptive), and boots none that would take its
+    # sessions past SPECDEC_LOAD_MAX_MINUTES (15) GPU-minutes as the run records them (the
+    # report's cost line). The suite step gets 90 minutes (4 configs at 15, and half again),
+    # the job 15 more. On pytest-specdec's H200 a whole curve (1, 4, 16 and 64 clients, 4 rounds
+    # a level, 128 tokens a request) cost 2.3 to 3.6 GPU-minutes per server session, boot
+    # included; here a level has the suite's rounds (5 by default) and requests its output
+    # length (256 tokens by default), on your models: time a night and set them. More configs:
+    # 22.5 minutes more each.
     timeout-minutes: 105
 """
 
@@ -119,7 +124,7 @@ def nightly_header(layout: Layout) -> str:
 # closed-loop clients (the load levels), each speculative config's speedup curve over the plain
 # one with its crossover, the concurrency where speculation stops paying, and every level judged
 # against its stored baseline once the baselines hold load levels: store them on the runner with
-#   pytest suites/test_concurrency.py --specdec-concurrency 1,4,16,64 --specdec-sessions 2 \\
+#   pytest suites/test_concurrency.py --specdec-concurrency 1,4,16,64 --specdec-sessions 5 \\
 #       --spec-config {",".join(load_configs(layout))} --specdec-update-baselines
 # It fails on a REGRESSED level or a lost crossover (a level that no longer pays where it paid in
 # the baselines). The engine needs as many requests at once as the largest level (SGLang
@@ -142,7 +147,9 @@ def nightly_header(layout: Layout) -> str:
 #                              config baseline is measured with them in any case
 #   SPECDEC_LOAD_SUITE_FILE    its suite file (default suites/specdec.toml)
 #   SPECDEC_LOAD_LEVELS        its levels: concurrent clients (default 1,4,16,64)
-#   SPECDEC_LOAD_SESSIONS      its server sessions per config (default 2; a dispatch may say)
+#   SPECDEC_LOAD_SESSIONS      its server sessions per config at most (default 5; a dispatch
+#                              may say); a config stops once every level is decided
+#   SPECDEC_LOAD_MAX_MINUTES   the GPU-minutes a config's sessions may hold (default 15)
 #   SPECDEC_LOAD_FAIL_ON       outcomes that fail it (default: regressed,crossover)
 #   SPECDEC_PAGES              "true" publishes the dashboard to the repository's GitHub Pages
 # Secret HF_TOKEN (optional): for gated models on the hub; only the steps that run the engine
@@ -203,7 +210,6 @@ def nightly(layout: Layout) -> str:
         Edit(OWN_TOKENS, ""),
         Edit(OWN_TOKENS_FLAG, ""),
         Edit(OWN_BUDGET, BUDGET),
-        Edit("        timeout-minutes: 45\n", "        timeout-minutes: 90\n"),
     ])  # fmt: skip
 
 

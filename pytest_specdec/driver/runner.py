@@ -17,7 +17,9 @@ from pytest_specdec.core.results import RunRecord
 from pytest_specdec.driver.boot import Server, resolve_configs
 from pytest_specdec.driver.reference import ReferenceSteps
 from pytest_specdec.driver.settings import RunSettings
+from pytest_specdec.driver.stopping import budget_reason, decided_reason
 from pytest_specdec.driver.sweep import SweepSteps
+from pytest_specdec.measure.levels import levels_of
 from pytest_specdec.verdict.gate import adjust
 from pytest_specdec.verdict.history import drift_for
 from pytest_specdec.verdict.judge import Judgement, judge_baseline, judge_reference
@@ -31,14 +33,25 @@ __all__ = ["RunSettings", "Runner", "Server", "resolve_configs", "run_errors"]
 class Runner(SweepSteps, ReferenceSteps):
     """One run of a suite: the driver's steps plus sweep, lossless reference and verdicts."""
 
-    def decided(self, name: str) -> Judgement | None:
-        """With --specdec-adaptive: the verdict once it no longer needs more sessions."""
-        if not self.settings.adaptive or name not in self.records:
+    def skip_reason(self, name: str, sessions: int) -> str | None:
+        """Why config ``name`` boots no further session after ``sessions`` of them: its
+        verdicts decided (--specdec-adaptive; the plain config of an A/B once every judged
+        config is), or its machine time at --specdec-max-minutes (stopping.py); else None."""
+        rec = self.records.get(name)
+        if rec is None:
             return None
-        judgement = self.judge(name)
-        if judgement.suite is not None and judgement.suite.outcome.value != "INCONCLUSIVE":
-            return judgement
-        return None
+        limit = self.settings.max_minutes
+        if limit is not None and (over := budget_reason(name, rec.extra.get("cost", []), limit)):
+            return over
+        if not self.settings.adaptive:
+            return None
+        if name == self.settings.reference:
+            others = self.judged_configs()
+            if others and all(self.skip_reason(n, sessions) for n in others):
+                return f"{name}: the reference; every judged config decided or at its budget"
+            return None
+        levels = levels_of({"extra": rec.extra})
+        return decided_reason(self.judge(name), bool(rec.measured()), levels, sessions)
 
     # --- judge ------------------------------------------------------------------------------
 

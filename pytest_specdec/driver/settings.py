@@ -49,6 +49,7 @@ class RunSettings:
     lint: bool = True
     sessions: int = 1
     adaptive: bool = False
+    max_minutes: float | None = None  # a config's machine time over its sessions (stopping.py)
     lossless_fail_before: int = 32
     concurrency: tuple[
         int, ...

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import pytest
 
+from pytest_specdec.core.configs import SpecConfig
 from pytest_specdec.driver.runner import Runner, Server
 from pytest_specdec.plugin import check_load
 
@@ -33,7 +34,8 @@ def test_concurrency(specdec: Runner, specdec_server: Server, specdec_clients: i
     assert level.output_tok_per_s, f"no output at {specdec_clients} clients"
 
 
-def test_load_verdict(specdec: Runner, specdec_server: Server, record_property: Record) -> None:
-    if specdec_server.config.name == specdec.settings.reference:
+def test_load_verdict(specdec: Runner, specdec_config: SpecConfig, record_property: Record) -> None:
+    # After the config's last server session, booted or skipped (decided, or at its budget).
+    if specdec_config.name == specdec.settings.reference:
         pytest.skip("the reference config: the others are judged against it")
-    check_load(specdec, specdec_server.config.name, record_property)
+    check_load(specdec, specdec_config.name, record_property)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
+from pytest_specdec.core.configs import SpecConfig
 from pytest_specdec.core.workloads import Prompt
 from pytest_specdec.driver.runner import Runner, Server, run_errors
 from pytest_specdec.plugin import check_judgement
@@ -32,7 +33,8 @@ def test_throughput(
     assert not errors, "\n".join(errors)
 
 
-def test_verdict(specdec: Runner, specdec_server: Server, record_property: Record) -> None:
-    if specdec_server.config.name == specdec.settings.reference:
+def test_verdict(specdec: Runner, specdec_config: SpecConfig, record_property: Record) -> None:
+    # After the config's last server session, booted or skipped (decided, or at its budget).
+    if specdec_config.name == specdec.settings.reference:
         pytest.skip("the reference config: the others are judged against it")
-    check_judgement(specdec, specdec_server.config.name, record_property)
+    check_judgement(specdec, specdec_config.name, record_property)
