@@ -4,8 +4,16 @@ real engine, is in tests/test_load_llamacpp.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from pytest_specdec.core.configs import Registry, preset_configs
+from pytest_specdec.core.results import ConfigRecord
+from pytest_specdec.core.suitefile import SuiteSettings
+from pytest_specdec.core.workloads import load_workload
+from pytest_specdec.driver.runner import Runner, RunSettings
 from pytest_specdec.driver.stopping import budget_reason, decided_reason, pending
 from pytest_specdec.verdict.judge import Judgement
 from pytest_specdec.verdict.load import LevelJudgement, LoadJudgement
@@ -75,3 +83,44 @@ def test_the_budget_counts_the_next_session_at_the_mean_of_those_held(
     assert (said is not None) is skipped
     if said is not None:
         assert said.startswith("cfg: budget: ") and f"--specdec-max-minutes {limit:g}" in said
+
+
+def _runner(tmp_path: Path, **settings: Any) -> Runner:
+    options = RunSettings(
+        results_path=tmp_path / "r.json", log_dir=tmp_path, baseline_dir=tmp_path / "bl",
+        engine="llamacpp", config_names=("baseline", "draft-d4"), **settings,
+    )  # fmt: skip
+    runner = Runner(options, Registry(preset_configs()), SuiteSettings(), load_workload("seed"))
+    for cfg in runner.configs:
+        runner.records[cfg.name] = ConfigRecord(cfg.name, cfg.engine, cfg.to_dict())
+    return runner
+
+
+def test_the_runner_asks_the_budget_first_and_the_reference_waits_for_the_others(
+    tmp_path: Path,
+) -> None:
+    runner = _runner(tmp_path, adaptive=True, max_minutes=5.0, reference="baseline")
+    try:
+        draft = runner.records["draft-d4"]
+        # nothing measured, nothing over budget: both boot again
+        assert runner.skip_reason("draft-d4", 1) is None
+        assert runner.skip_reason("baseline", 1) is None
+        draft.extra["cost"] = [{"total_s": 200.0}]  # 3.3 + 3.3 min > 5
+        assert runner.skip_reason("draft-d4", 1) == (
+            "draft-d4: budget: 1 session(s) held the machine 3.33 min; another (about 3.33 min)"
+            " would pass --specdec-max-minutes 5"
+        )
+        # the plain config of the A/B stops with the last judged config, not before
+        said = runner.skip_reason("baseline", 1)
+        assert said == "baseline: the reference; every judged config decided or at its budget"
+        draft.extra["cost"] = [{"total_s": 100.0}]
+        assert runner.skip_reason("draft-d4", 1) is None
+        assert runner.skip_reason("baseline", 1) is None
+        # not adaptive: the reference stops on its own budget only
+        plain = _runner(tmp_path, max_minutes=5.0, reference="baseline")
+        plain.records["draft-d4"].extra["cost"] = [{"total_s": 200.0}]
+        assert plain.skip_reason("draft-d4", 1) is not None
+        assert plain.skip_reason("baseline", 1) is None
+        plain.close()
+    finally:
+        runner.close()

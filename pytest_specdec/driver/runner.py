@@ -20,6 +20,7 @@ from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.driver.stopping import budget_reason, decided_reason
 from pytest_specdec.driver.sweep import SweepSteps
 from pytest_specdec.measure.levels import levels_of
+from pytest_specdec.verdict.baselines import BaselineError
 from pytest_specdec.verdict.gate import adjust
 from pytest_specdec.verdict.history import drift_for
 from pytest_specdec.verdict.judge import Judgement, judge_baseline, judge_reference
@@ -50,8 +51,12 @@ class Runner(SweepSteps, ReferenceSteps):
             if others and all(self.skip_reason(n, sessions) for n in others):
                 return f"{name}: the reference; every judged config decided or at its budget"
             return None
+        try:  # decided as the gate will judge: Bonferroni over the configs and levels
+            judgement = self.judge_for_gate(name)
+        except BaselineError:  # not decided here; the config's gate test reports it
+            return None
         levels = levels_of({"extra": rec.extra})
-        return decided_reason(self.judge(name), bool(rec.measured()), levels, sessions)
+        return decided_reason(judgement, bool(rec.measured()), levels, sessions)
 
     # --- judge ------------------------------------------------------------------------------
 
