@@ -34,10 +34,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ beside this s
 from load_calibration import LEVELS, Scenario, _sessions, _summaries
 
 from pytest_specdec.driver.settings import RunSettings
+from pytest_specdec.driver.stopping import undecided
 from pytest_specdec.verdict.compare import history_verdict
 from pytest_specdec.verdict.stats import Outcome, Verdict, VerdictPolicy, adjust_verdicts
 
 HIT_FROM = 16
+
+
+@dataclass(frozen=True)
+class Plan:
+    most: int  # --specdec-sessions
+    adaptive: bool = False  # --specdec-adaptive
+    target_mde: float | None = None  # --specdec-target-mde
+
+    def label(self) -> str:
+        if not self.adaptive:
+            return str(self.most)
+        target = f", MDE {self.target_mde:.0%}" if self.target_mde is not None else ""
+        return f"up to {self.most}, adaptive{target}"
 
 
 @dataclass(frozen=True)
@@ -54,10 +68,10 @@ def _judge(past: np.ndarray, new: np.ndarray, i: int, sc: Scenario,
     return history_verdict([np.exp(s[i]).tolist() for s in new], history, raw, policy)
 
 
-def night(rng: np.random.Generator, sc: Scenario, most: int, adaptive: bool,
-          policy: VerdictPolicy) -> Night:  # fmt: skip
-    """One night of ``sc.configs`` configs, each booting up to ``most`` sessions (all of them
-    unless ``adaptive``), judged at ``policy`` after each, Holm across all at the end."""
+def night(rng: np.random.Generator, sc: Scenario, plan: Plan, policy: VerdictPolicy) -> Night:
+    """One night of ``sc.configs`` configs, each booting up to ``plan.most`` sessions (all of
+    them unless adaptive), judged at ``policy`` after each, Holm across all at the end."""
+    most = plan.most
     look = replace(policy, alpha=policy.alpha / (sc.configs * len(LEVELS)))
     hit = np.array([c >= HIT_FROM for c in LEVELS])
     shift = np.where(hit, math.log1p(-sc.drop), 0.0)[None, :, None]
@@ -66,9 +80,14 @@ def night(rng: np.random.Generator, sc: Scenario, most: int, adaptive: bool,
     for _ in range(sc.configs):
         past, new = _sessions(rng, sc, sc.k), _sessions(rng, sc, most) + shift
         for m in range(1, most + 1):
-            if adaptive and m < most:  # a look: decided as the gate judges
+            if plan.adaptive and m < most:  # a look: decided as the gate judges, the MDE
+                # held to the target as the report states it (at the run's alpha)
                 gate = [_judge(past, new[:m], i, sc, look) for i in range(len(LEVELS))]
-                if all(v.outcome is not Outcome.INCONCLUSIVE for v in gate):
+                said: list[Verdict | None] = [None] * len(LEVELS)
+                if plan.target_mde is not None:
+                    said = [_judge(past, new[:m], i, sc, policy) for i in range(len(LEVELS))]
+                pairs = zip(gate, said, strict=True)
+                if not any(undecided(g, plan.target_mde, r) for g, r in pairs):
                     break
         level = [_judge(past, new[:m], i, sc, policy) for i in range(len(LEVELS))]
         verdicts += level
@@ -90,16 +109,15 @@ class Row:
     mde: float
 
 
-def row(sc: Scenario, most: int, adaptive: bool, trials: int, seed: int) -> Row:
-    base = VerdictPolicy()
-    settings = RunSettings(sessions=most, adaptive=adaptive)
-    policy = settings.policy if adaptive else base
+def row(sc: Scenario, plan: Plan, trials: int, seed: int) -> Row:
+    settings = RunSettings(sessions=plan.most, adaptive=plan.adaptive)
+    policy = settings.policy  # with adaptive sessions, the group-sequential alpha
     hit = [c >= HIT_FROM for c in LEVELS]
     rng = np.random.default_rng(seed)
-    nulls = [night(rng, sc, most, adaptive, policy) for _ in range(trials)]
+    nulls = [night(rng, sc, plan, policy) for _ in range(trials)]
     found = {}
     for drop in (0.05, 0.10):
-        nights = [night(rng, replace(sc, drop=drop), most, adaptive, policy) for _ in range(trials)]
+        nights = [night(rng, replace(sc, drop=drop), plan, policy) for _ in range(trials)]
         flags = [o is Outcome.REGRESSED for n in nights for cfg in n.outcomes
                  for o, h in zip(cfg, hit, strict=True) if h]  # fmt: skip
         found[drop] = float(np.mean(flags))
@@ -124,7 +142,7 @@ SCENARIOS = [
     Scenario(k=20, within=0.01, between=0.01, shared=0.01),
     Scenario(k=20, within=0.02, between=0.02, shared=0.02),
 ]
-PLANS = [(1, False), (2, False), (5, False), (5, True)]
+PLANS = [Plan(1), Plan(2), Plan(5), Plan(5, True), Plan(5, True, 0.05)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -140,10 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for i, sc in enumerate(SCENARIOS):
         noise = f"{sc.within:.0%} / {sc.between:.0%} ({sc.shared:.0%})"
-        for most, adaptive in PLANS:
-            r = row(sc, most, adaptive, args.trials, args.seed + 100 * i)
-            plan = f"up to {most}, adaptive" if adaptive else str(most)
-            print(f"| {sc.k} | {noise} | {plan} | {r.false_alarms:.1%} | {r.power5:.2f} / "
+        for plan in PLANS:
+            r = row(sc, plan, args.trials, args.seed + 100 * i)
+            print(f"| {sc.k} | {noise} | {plan.label()} | {r.false_alarms:.1%} | {r.power5:.2f} / "
                   f"{r.power10:.2f} | {r.unchanged:.2f} | {r.sessions:.2f} | {r.decided:.0%} "
                   f"| {r.mde:.1%} |", flush=True)  # fmt: skip
     return 0

@@ -104,6 +104,16 @@ HOST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
           "once 5 are stored beside others', else all; always: only those; never: all")),
 ]  # fmt: skip
 
+# How long an engine may take to boot and a request to answer.
+TIMEOUT_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--specdec-startup-timeout",
+     dict(type=positive_float, default=None, metavar="S",
+          help="seconds to wait for an engine to become ready (default: engine setting, 600)")),
+    ("--specdec-request-timeout",
+     dict(type=positive_float, default=300.0, metavar="S",
+          help="seconds one request may take before it is recorded as failed (default: 300)")),
+]  # fmt: skip
+
 # Server sessions: how many, and when a config's further ones are skipped (driver/stopping.py).
 SESSION_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--specdec-sessions",
@@ -119,6 +129,10 @@ SESSION_OPTIONS: list[tuple[str, dict[str, Any]]] = [
      dict(type=positive_float, default=None, metavar="M",
           help="with --specdec-sessions N: skip a config's session that would take its "
           "sessions' machine time (boots included, as recorded) past M minutes")),
+    ("--specdec-target-mde",
+     dict(type=fraction, default=None, metavar="F",
+          help="with --specdec-adaptive: a verdict of no change is decided only once its MDE "
+          "is F or less (e.g. 0.05), a change found at any MDE")),
 ]  # fmt: skip
 
 # Load levels: concurrent closed-loop clients, measured in rounds (suites/test_concurrency.py).
@@ -243,24 +257,7 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             help="do not check config flags against the installed engine before booting",
         ),
     ),
-    (
-        "--specdec-startup-timeout",
-        dict(
-            type=positive_float,
-            default=None,
-            metavar="S",
-            help="seconds to wait for an engine to become ready (default: engine setting, 600)",
-        ),
-    ),
-    (
-        "--specdec-request-timeout",
-        dict(
-            type=positive_float,
-            default=300.0,
-            metavar="S",
-            help="seconds one request may take before it is recorded as failed (default: 300)",
-        ),
-    ),
+    *TIMEOUT_OPTIONS,
     (
         "--specdec-api-key",
         dict(

@@ -186,6 +186,11 @@ class SpecdecState:
         if self.worker_id:
             results = results.with_name(f"{results.stem}.{self.worker_id}{results.suffix}")
         given = getopt("--specdec-cpus")  # checked now; the automatic split when first used
+        if getopt("--specdec-target-mde") is not None and not getopt("--specdec-adaptive"):
+            raise pytest.UsageError(
+                f"--specdec-target-mde {getopt('--specdec-target-mde'):g} decides when adaptive "
+                "sessions stop; add --specdec-adaptive (and --specdec-sessions N)"
+            )
         return RunSettings(
             engine=engine,
             config_names=tuple(  # a name resolved on another engine travels qualified
@@ -228,6 +233,7 @@ class SpecdecState:
             rounds=getopt("--specdec-rounds") or self.suite.rounds or DEFAULT_ROUNDS,
             adaptive=getopt("--specdec-adaptive"),
             max_minutes=getopt("--specdec-max-minutes"),
+            target_mde=getopt("--specdec-target-mde"),
             cpus=self._engine_cpus(given) if given is not None else None,
             hardware_fields=hardware_fields(self.config),
         )

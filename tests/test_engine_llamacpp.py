@@ -139,8 +139,11 @@ def test_invalid_engine_flag_fails_fast_with_engine_error(
     assert elapsed < 60, (
         f"took {elapsed:.0f} s: the failure must not wait for the readiness timeout"
     )
-    # one boot failure, reported for each of the config's tests: 5 prompts and the verdict
-    assert result.parseoutcomes()["errors"] == 6
+    # one boot failure, reported for each of the config's tests: 5 prompts at their boot, and
+    # the verdict, which has nothing to judge
+    outcomes = result.parseoutcomes()
+    assert outcomes["errors"] == 5 and outcomes["failed"] == 1, outcomes
+    result.stdout.fnmatch_lines(["*typo: nothing measured to judge: *engine exited with code*"])
 
 
 def test_missing_model_file_is_a_clear_error(

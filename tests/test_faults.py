@@ -334,7 +334,7 @@ def test_corrupt_model_file_named_by_the_config_fails_fast_with_the_log_tail(
     start = time.monotonic()
     result = suite_project.runpytest_subprocess(
         THROUGHPUT, "--specdec-config-file", str(extra), "--spec-config", "junk",
-        "-k", "haiku", *SMALL, timeout=300,
+        "-k", "haiku or verdict", *SMALL, timeout=300,
     )  # fmt: skip
     elapsed = time.monotonic() - start
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -343,7 +343,13 @@ def test_corrupt_model_file_named_by_the_config_fails_fast_with_the_log_tail(
     )
     assert re.search(r"failed to (load|read)", result.stdout.str()), result.stdout.str()
     assert elapsed < 90, f"took {elapsed:.0f} s: the failure must not wait for the timeout"
-    assert "engine exited" in _config(suite_project.path / "results/latest.json", "junk")["error"]
+    config = _config(suite_project.path / "results/latest.json", "junk")
+    assert "engine exited" in config["error"]
+    # the verdict test fails with the boot's error; the failed boot's time is on the record
+    result.assert_outcomes(failed=1, errors=1)  # the prompt: at its boot; the verdict
+    result.stdout.fnmatch_lines(["*junk: nothing measured to judge: engine exited with code *"])
+    (cost,) = config["extra"]["cost"]
+    assert cost["failed"] is True and cost["total_s"] > 0
 
 
 # --- 2. the engine is killed mid-measurement --------------------------------------------------

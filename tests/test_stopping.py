@@ -4,6 +4,8 @@ real engine, is in tests/test_load_llamacpp.py."""
 
 from __future__ import annotations
 
+import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 from pytest_specdec.core.configs import Registry, preset_configs
 from pytest_specdec.core.results import ConfigRecord
 from pytest_specdec.core.suitefile import SuiteSettings
+from pytest_specdec.core.values import positive_float
 from pytest_specdec.core.workloads import load_workload
 from pytest_specdec.driver.runner import Runner, RunSettings
 from pytest_specdec.driver.stopping import budget_reason, decided_reason, pending
@@ -103,24 +106,104 @@ def test_the_runner_asks_the_budget_first_and_the_reference_waits_for_the_others
     try:
         draft = runner.records["draft-d4"]
         # nothing measured, nothing over budget: both boot again
-        assert runner.skip_reason("draft-d4", 1) is None
-        assert runner.skip_reason("baseline", 1) is None
+        assert runner.skip_reason("draft-d4") is None
+        assert runner.skip_reason("baseline") is None
         draft.extra["cost"] = [{"total_s": 200.0}]  # 3.3 + 3.3 min > 5
-        assert runner.skip_reason("draft-d4", 1) == (
+        assert runner.skip_reason("draft-d4") == (
             "draft-d4: budget: 1 session(s) held the machine 3.33 min; another (about 3.33 min)"
             " would pass --specdec-max-minutes 5"
         )
         # the plain config of the A/B stops with the last judged config, not before
-        said = runner.skip_reason("baseline", 1)
-        assert said == "baseline: the reference; every judged config decided or at its budget"
+        said = runner.skip_reason("baseline")
+        assert said == "baseline: the plain config of draft-d4, each of them stopped"
         draft.extra["cost"] = [{"total_s": 100.0}]
-        assert runner.skip_reason("draft-d4", 1) is None
-        assert runner.skip_reason("baseline", 1) is None
+        assert runner.skip_reason("draft-d4") is None
+        assert runner.skip_reason("baseline") is None
         # not adaptive: the reference stops on its own budget only
         plain = _runner(tmp_path, max_minutes=5.0, reference="baseline")
         plain.records["draft-d4"].extra["cost"] = [{"total_s": 200.0}]
-        assert plain.skip_reason("draft-d4", 1) is not None
-        assert plain.skip_reason("baseline", 1) is None
+        assert plain.skip_reason("draft-d4") is not None
+        assert plain.skip_reason("baseline") is None
         plain.close()
     finally:
         runner.close()
+
+
+def test_a_target_mde_keeps_a_verdict_of_no_change_open_until_it_is_reached() -> None:
+    assert 0.01 < SAME.mde < 0.05  # twelve runs a side at 1% noise
+    j = _judgement(SAME, {1: SAME, 64: SLOWER})
+    assert pending(j, True, [1, 64], target_mde=0.05) == []
+    assert pending(j, True, [1, 64], target_mde=0.01) == ["tok/s", "1 clients"]  # 64: found
+    assert decided_reason(j, True, [1, 64], 2, target_mde=0.01) is None
+
+
+def test_a_target_mde_without_adaptive_sessions_is_refused(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--specdec-target-mde", "0.05", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--specdec-target-mde 0.05 decides when adaptive sessions "
+            "stop; add --specdec-adaptive (and --specdec-sessions N)"
+        ]
+    )
+
+
+def test_the_target_holds_the_mde_the_report_states_not_the_gates() -> None:
+    """The gate judges at a Bonferroni alpha (a wider MDE); the report at the run's own."""
+    strict = welch_log(
+        [99.0, 100.0, 101.0] * 4, [99.0, 100.0, 101.0] * 4, VerdictPolicy(alpha=1e-6)
+    )
+    assert strict.outcome is Outcome.UNCHANGED and strict.mde > SAME.mde
+    gate, report = _judgement(None, {1: strict}), _judgement(None, {1: SAME})
+    target = (SAME.mde + strict.mde) / 2
+    assert pending(gate, False, [1], target) == ["1 clients"]
+    assert pending(gate, False, [1], target, reported=report) == []
+    said = decided_reason(gate, False, [1], 2, target, reported=report)
+    assert said is not None and said.endswith(f"(no change: MDE {target:.1%} or less)")
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("nan", "'nan' is not a finite number; give e.g. 5"),
+    ("inf", "'inf' is not a finite number; give e.g. 5"),
+    ("0", "'0' must be greater than 0"),
+    ("soon", "'soon' is not a number; give e.g. 5"),
+])  # fmt: skip
+def test_a_budget_that_is_not_a_positive_finite_number_is_refused(given: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+        positive_float(given)
+
+
+def test_the_plain_config_of_a_speedup_curve_waits_for_it_without_a_reference(
+    tmp_path: Path,
+) -> None:
+    """No --specdec-reference: the speedup curve of draft-d4's load levels is taken against
+    baseline, the run's plain config, which therefore runs on while draft-d4 does; and draft-d4
+    boots two sessions at least, so that its speedup has sessions a side."""
+    runner = _runner(tmp_path, adaptive=True, max_minutes=5.0)
+    try:
+        for name in ("baseline", "draft-d4"):
+            runner.records[name].extra["load"] = [{"clients": 1, "round": 1}]
+        assert runner.speedup_curves() == {"draft-d4": "baseline"}
+        runner.records["baseline"].extra["cost"] = [{"total_s": 200.0}]
+        assert runner.skip_reason("baseline") is not None  # its own budget comes first
+        runner.records["baseline"].extra["cost"] = []
+        assert runner.skip_reason("baseline") is None  # draft-d4 runs on
+        runner.records["draft-d4"].extra["cost"] = [{"total_s": 200.0}]
+        assert runner.skip_reason("baseline") == (
+            "baseline: the plain config of draft-d4, each of them stopped"
+        )
+        runner.records["draft-d4"].extra["cost"] = []
+        runner.records["draft-d4"].extra["sessions"] = [{"session": 1}]
+        assert runner.skip_reason("draft-d4") is None  # one session: its speedup is pooled
+    finally:
+        runner.close()
+
+
+def test_a_verdict_on_pooled_runs_decides_nothing() -> None:
+    """One session a side, or a short history with no spread to borrow: Welch on the pooled
+    runs, which cannot tell boots apart, so however sure it reads, more sessions are wanted."""
+    pooled = welch_log([79.0, 80.0, 81.0] * 4, [99.0, 100.0, 101.0] * 4, POLICY, provisional=True)
+    assert pooled.outcome is Outcome.REGRESSED and pooled.method == "welch-provisional"
+    assert pending(_judgement(None, {16: pooled}), False, [16]) == ["16 clients"]
+    assert pending(_judgement(None, {16: SLOWER}), False, [16]) == []

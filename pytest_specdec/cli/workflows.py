@@ -54,7 +54,7 @@ OWN_BUDGET = """\
     # thirteenth H200"). So a config boots up to SPECDEC_LOAD_SESSIONS sessions (5), stops once
     # every level's verdict is decided (--specdec-adaptive), and boots none that would take its
     # sessions past SPECDEC_LOAD_MAX_MINUTES (15) GPU-minutes as the run records them: the load
-    # set, 4 configs, takes 60 minutes at most, a night whose levels decide early less. The
+    # set, 4 configs, takes about 60 minutes at most, a night whose levels decide early less. The
     # suite step gets 90 (the worst case and half again), the job 15 more for the environment,
     # the install and the lint. More configs: 15 minutes more each, 22.5 with the margin.
     timeout-minutes: 105

@@ -7,6 +7,7 @@ naming the value and the fix (pytest and argparse turn it into a usage error nam
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,8 @@ def _parse_number(value: str, kind: type[int] | type[float], low: float, strict:
     except ValueError:
         what = "a whole number" if kind is int else "a number"
         raise argparse.ArgumentTypeError(f"{value!r} is not {what}; give e.g. 5") from None
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a finite number; give e.g. 5")
     if number < low or (strict and number == low):
         bound = f"greater than {low:g}" if strict else f"at least {low:g}"
         raise argparse.ArgumentTypeError(f"{value!r} must be {bound}")

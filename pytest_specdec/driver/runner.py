@@ -24,7 +24,7 @@ from pytest_specdec.verdict.baselines import BaselineError
 from pytest_specdec.verdict.gate import adjust
 from pytest_specdec.verdict.history import drift_for
 from pytest_specdec.verdict.judge import Judgement, judge_baseline, judge_reference
-from pytest_specdec.verdict.load import with_level_alpha
+from pytest_specdec.verdict.load import plain_config, with_level_alpha
 from pytest_specdec.verdict.sessions import update_baseline
 from pytest_specdec.verdict.stats import VerdictPolicy
 
@@ -34,10 +34,12 @@ __all__ = ["RunSettings", "Runner", "Server", "resolve_configs", "run_errors"]
 class Runner(SweepSteps, ReferenceSteps):
     """One run of a suite: the driver's steps plus sweep, lossless reference and verdicts."""
 
-    def skip_reason(self, name: str, sessions: int) -> str | None:
-        """Why config ``name`` boots no further session after ``sessions`` of them: its
-        verdicts decided (--specdec-adaptive; the plain config of an A/B once every judged
-        config is), or its machine time at --specdec-max-minutes (stopping.py); else None."""
+    def skip_reason(self, name: str) -> str | None:
+        """Why config ``name`` boots no further session: its machine time at
+        --specdec-max-minutes, or (--specdec-adaptive) its verdicts decided (stopping.py). The
+        plain config of speedup curves runs on while a config whose curve it is does (the
+        reference of an A/B, while any judged config does), and a config with a curve boots
+        two sessions at least, so that its speedup has sessions a side. Else None."""
         rec = self.records.get(name)
         if rec is None:
             return None
@@ -46,17 +48,37 @@ class Runner(SweepSteps, ReferenceSteps):
             return over
         if not self.settings.adaptive:
             return None
-        if name == self.settings.reference:
-            others = self.judged_configs()
-            if others and all(self.skip_reason(n, sessions) for n in others):
-                return f"{name}: the reference; every judged config decided or at its budget"
+        curves = self.speedup_curves()
+        others = [n for n, plain in curves.items() if plain == name]
+        if name == self.settings.reference or others:
+            others = self.judged_configs() if name == self.settings.reference else others
+            if others and all(self.skip_reason(n) for n in others):
+                return f"{name}: the plain config of {', '.join(others)}, each of them stopped"
             return None
-        try:  # decided as the gate will judge: Bonferroni over the configs and levels
+        booted = len(rec.extra.get("sessions", []))
+        if name in curves and booted < 2:
+            return None
+        target = self.settings.target_mde
+        try:  # decided as the gate will judge (Bonferroni over the configs and levels), the
+            # MDE held to the target as the report will state it
             judgement = self.judge_for_gate(name)
+            reported = self.judge(name) if target is not None else None
         except BaselineError:  # not decided here; the config's gate test reports it
             return None
         levels = levels_of({"extra": rec.extra})
-        return decided_reason(judgement, bool(rec.measured()), levels, sessions)
+        measured = bool(rec.measured())
+        return decided_reason(judgement, measured, levels, booted, target, reported)
+
+    def speedup_curves(self) -> dict[str, str]:
+        """Each config with load levels measured -> the plain config of the run its speedup
+        curve is taken against (verdict/load.py's plain_config), where there is one."""
+        doc = self.document()
+        curves = {}
+        for cfg in doc["configs"]:
+            plain = plain_config(doc, cfg) if levels_of(cfg) else None
+            if plain is not None:
+                curves[str(cfg["name"])] = str(plain["name"])
+        return curves
 
     # --- judge ------------------------------------------------------------------------------
 

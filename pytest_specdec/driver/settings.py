@@ -50,6 +50,7 @@ class RunSettings:
     sessions: int = 1
     adaptive: bool = False
     max_minutes: float | None = None  # a config's machine time over its sessions (stopping.py)
+    target_mde: float | None = None  # adaptive: a verdict of no change needs this MDE or less
     lossless_fail_before: int = 32
     concurrency: tuple[
         int, ...

@@ -114,7 +114,9 @@ class Steps:
                 server = self.booter.attach(plan, record)
             else:
                 server = self.booter.launch(plan, record, started)
-        except LaunchError as exc:
+        except LaunchError as exc:  # the machine time it held counts against the budget
+            spent = time.perf_counter() - started
+            record.extra.setdefault("cost", []).append({"total_s": spent, "failed": True})
             self._failed(record, exc, session)
             raise
         server.session = session

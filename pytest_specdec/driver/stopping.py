@@ -4,8 +4,11 @@
 
 A config's verdicts are what its run measured: the one-request verdict (tok/s) where it ran
 prompts, and the throughput verdict of every load level it ran. It is decided when each of them
-is UNCHANGED, IMPROVED or REGRESSED; a missing verdict (no baseline yet, a failed level) is not
-decided, since further sessions are what a first baseline is stored from. Under
+is UNCHANGED, IMPROVED or REGRESSED with sessions as its unit, and with
+``--specdec-target-mde`` when each verdict of no change also has an MDE within it. A missing
+verdict (no baseline yet, a failed level) is not decided, since further sessions are what a
+first baseline is stored from; nor is a provisional one made on pooled runs (one session a side
+in an A/B, a short history with no spread to borrow), which cannot tell boots apart. Under
 ``--specdec-reference`` the plain config is the other side of every A/B, so it runs on while
 any judged config does.
 """
@@ -16,39 +19,62 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_specdec.verdict.judge import Judgement
-from pytest_specdec.verdict.stats import Outcome, Verdict
+from pytest_specdec.verdict.stats import SESSION_METHODS, Outcome, Verdict
 
-__all__ = ["budget_reason", "decided_reason", "pending"]
-
-
-def _open(verdict: Verdict | None) -> bool:
-    return verdict is None or verdict.outcome is Outcome.INCONCLUSIVE
+__all__ = ["budget_reason", "decided_reason", "pending", "undecided"]
 
 
-def pending(judgement: Judgement, one_request: bool, levels: Iterable[int]) -> list[str]:
+def undecided(verdict: Verdict | None, target_mde: float | None,
+              reported: Verdict | None = None) -> bool:  # fmt: skip
+    """Still wants sessions: no verdict, INCONCLUSIVE, or (with ``target_mde``) a verdict of
+    no change whose MDE is above it (a change found is decided at any MDE). ``reported``: the
+    same verdict as the report states it (at the run's alpha, without the gate's Bonferroni),
+    whose MDE the target holds; ``verdict``'s own where not given."""
+    if verdict is None or verdict.outcome is Outcome.INCONCLUSIVE:
+        return True
+    if verdict.provisional and verdict.method not in SESSION_METHODS:
+        return True  # on pooled runs (one session, or a short history): boots are not its unit
+    if target_mde is None or verdict.outcome in (Outcome.REGRESSED, Outcome.IMPROVED):
+        return False
+    return (reported or verdict).mde > target_mde
+
+
+def pending(
+    judgement: Judgement, one_request: bool, levels: Iterable[int],
+    target_mde: float | None = None, reported: Judgement | None = None,
+) -> list[str]:  # fmt: skip
     """What of a config's verdict still wants sessions: ``"tok/s"`` when its one-request runs
     were measured (``one_request``) and that verdict is open, and ``"N clients"`` for each
-    measured load level (``levels``) whose throughput verdict is. Empty: every one decided."""
-    out = ["tok/s"] if one_request and _open(judgement.suite) else []
+    measured load level (``levels``) whose throughput verdict is. Empty: every one decided.
+    ``judgement`` is as the gate judges; ``reported`` as the report states it (undecided)."""
+    shown = reported or judgement
+    out = []
+    if one_request and undecided(judgement.suite, target_mde, shown.suite):
+        out.append("tok/s")
     judged = judgement.load.levels if judgement.load is not None else {}
+    stated = shown.load.levels if shown.load is not None else {}
     for clients in sorted(set(levels)):
-        level = judged.get(clients)
-        if level is None or _open(level.verdict):
+        level, said = judged.get(clients), stated.get(clients)
+        if level is None or undecided(level.verdict, target_mde, said.verdict if said else None):
             out.append(f"{clients} clients")
     return out
 
 
 def decided_reason(judgement: Judgement, one_request: bool, levels: Iterable[int],
-                   sessions: int) -> str | None:  # fmt: skip
+                   sessions: int, target_mde: float | None = None,
+                   reported: Judgement | None = None) -> str | None:  # fmt: skip
     """The skip message once nothing is pending, naming each verdict; else None (also when
     the sessions measured nothing: there is nothing to decide)."""
     measured = sorted(set(levels))
-    if not (one_request or measured) or pending(judgement, one_request, measured):
+    if not (one_request or measured) or pending(
+        judgement, one_request, measured, target_mde, reported
+    ):
         return None
     said = [f"tok/s {judgement.outcome}"] if one_request else []
     if measured and judgement.load is not None:
         said.append(f"load levels {judgement.load.outcomes()}")
-    return f"{judgement.config}: decided after {sessions} session(s): {'; '.join(said)}"
+    within = f" (no change: MDE {target_mde:.1%} or less)" if target_mde is not None else ""
+    return f"{judgement.config}: decided after {sessions} session(s): {'; '.join(said)}{within}"
 
 
 def held_minutes(costs: Sequence[Mapping[str, Any]]) -> list[float]:

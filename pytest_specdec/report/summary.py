@@ -103,7 +103,9 @@ def cost_line(rec: ConfigRecord) -> str | None:
         if values:
             parts.append(f"{label} {sum(values):.1f} s")
     plural = "s" if len(sessions) > 1 else ""
+    failed = sum(1 for c in sessions if c.get("failed"))
+    boots = f", {failed} of them a failed boot" if failed else ""
     return (
         f"{rec.name}: machine time {total / 60:.2f} min over {len(sessions)} server "
-        f"session{plural} ({', '.join(parts)})"
+        f"session{plural}{boots} ({', '.join(parts)})"
     )
