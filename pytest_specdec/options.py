@@ -124,7 +124,7 @@ SESSION_OPTIONS: list[tuple[str, dict[str, Any]]] = [
      dict(action="store_true",
           help="with --specdec-sessions N: skip a config's further sessions once its verdicts "
           "are decided: the one-request verdict and every load level's (the plain config of "
-          "an A/B runs on while a judged config does)")),
+          "speedup curves runs on while a config whose curve it is does)")),
     ("--specdec-max-minutes",
      dict(type=positive_float, default=None, metavar="M",
           help="with --specdec-sessions N: skip a config's session that would take its "

@@ -15,6 +15,7 @@ import pytest
 from scipy import stats as sps
 from tests_support import against_history
 
+from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.verdict.planning import SequentialPlan, sequential_plan
 from pytest_specdec.verdict.stats import (
     SessionSummary,
@@ -131,3 +132,21 @@ def test_sequential_welch_plan_keeps_alpha_under_the_t_distribution(alpha: float
     se = math.sqrt(alpha * (1 - alpha) / 100_000)
     assert abs(with_plan - alpha) < 4 * se, (with_plan, plan.alpha_look)
     assert naive > alpha * 1.3, naive  # looking twice at plain alpha would overspend
+
+
+@pytest.mark.parametrize("k", [5, 10, 40])
+def test_the_runs_adaptive_plan_keeps_alpha_for_every_history_up_to_its_own(k: int) -> None:
+    """RunSettings.policy calibrates its per-look alpha for 40 stored sessions; a shorter
+    history's looks share more (one mean, one spread), so the same alpha spends less there.
+    Fresh draws, five looks, the history test's own t with K - 1 df."""
+    look = RunSettings(sessions=5, adaptive=True).policy.alpha
+    rng = np.random.default_rng(k)
+    trials = 100_000
+    hist, new = rng.standard_normal((trials, k)), rng.standard_normal((trials, 5))
+    mean, s = hist.mean(1), hist.std(1, ddof=1)
+    ps = [sps.t.cdf((new[:, :m].mean(1) - mean) / (s * math.sqrt(1 / m + 1 / k)), k - 1)
+          for m in range(1, 6)]  # fmt: skip
+    rate = float(np.mean(np.min(ps, axis=0) < look))
+    se = math.sqrt(0.01 * 0.99 / trials)
+    assert rate <= 0.01 + 3 * se, (k, look, rate)
+    assert look < sequential_plan(POLICY, (1, 2, 3, 4, 5), kind="history", k=10).alpha_look

@@ -15,6 +15,9 @@ from pytest_specdec.verdict.stats import DEFAULT_POLICY, VerdictPolicy
 DEFAULT_ROUNDS = 5  # measured rounds per load level, unless the option or suite file says
 
 
+PLAN_HISTORY = 40  # the history length the adaptive plan's per-look alpha is calibrated for
+
+
 @dataclass(frozen=True)
 class RunSettings:
     engine: str = "llamacpp"
@@ -64,13 +67,18 @@ class RunSettings:
     @property
     def policy(self) -> VerdictPolicy:
         """The verdict policy; with adaptive sessions, the per-look alpha of a calibrated
-        group-sequential plan (looks after each session; history of about 10 sessions)."""
+        group-sequential plan (looks after each session), calibrated for a history of 40
+        sessions: a shorter history's looks are more alike and would allow a larger per-look
+        alpha, so this one keeps the false-alarm rate at alpha or below for every history up to
+        40 sessions (docs/statistics.md, "Sequential plans")."""
         base = VerdictPolicy(
             alpha=self.alpha, min_delta=self.min_delta, accept_delta=self.accept_delta
         )
         if self.adaptive and self.sessions > 1:
             looks = tuple(range(1, self.sessions + 1))
-            return sequential_plan(base, looks, kind="history", k=10, trials=50_000).policy(base)
+            return sequential_plan(
+                base, looks, kind="history", k=PLAN_HISTORY, trials=50_000
+            ).policy(base)
         return base
 
     def request_seed(self, run: int) -> int | None:
