@@ -207,3 +207,11 @@ def test_a_verdict_on_pooled_runs_decides_nothing() -> None:
     assert pooled.outcome is Outcome.REGRESSED and pooled.method == "welch-provisional"
     assert pending(_judgement(None, {16: pooled}), False, [16]) == ["16 clients"]
     assert pending(_judgement(None, {16: SLOWER}), False, [16]) == []
+
+
+def test_a_baseline_of_another_key_stops_the_config_at_once() -> None:
+    """A mismatch fails the gate whatever more sessions measure, so none are booted."""
+    j = Judgement("cfg", "mismatch", "baseline key differs: engine_version 1 != 2", "baseline x")
+    said = decided_reason(j, True, [], 1)
+    assert said == "cfg: stopped after 1 session(s): baseline key differs: engine_version 1 != 2"
+    assert decided_reason(j, False, [], 1) is None  # nothing measured: nothing said

@@ -8,7 +8,9 @@ is UNCHANGED, IMPROVED or REGRESSED with sessions as its unit, and with
 ``--specdec-target-mde`` when each verdict of no change also has an MDE within it. A missing
 verdict (no baseline yet, a failed level) is not decided, since further sessions are what a
 first baseline is stored from; nor is a provisional one made on pooled runs (one session a side
-in an A/B, a short history with no spread to borrow), which cannot tell boots apart. Under
+in an A/B, a short history with no spread to borrow), which cannot tell boots apart. A config
+whose baseline was stored under another key (a mismatch, which fails its gate) stops at once:
+no further session changes that. Under
 ``--specdec-reference`` the plain config is the other side of every A/B, so it runs on while
 any judged config does.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_specdec.verdict.judge import Judgement
+from pytest_specdec.verdict.judge import MISMATCH, Judgement
 from pytest_specdec.verdict.stats import SESSION_METHODS, Outcome, Verdict
 
 __all__ = ["budget_reason", "decided_reason", "pending", "undecided"]
@@ -66,6 +68,8 @@ def decided_reason(judgement: Judgement, one_request: bool, levels: Iterable[int
     """The skip message once nothing is pending, naming each verdict; else None (also when
     the sessions measured nothing: there is nothing to decide)."""
     measured = sorted(set(levels))
+    if judgement.status == MISMATCH and (one_request or measured):  # no session changes that
+        return f"{judgement.config}: stopped after {sessions} session(s): {judgement.message}"
     if not (one_request or measured) or pending(
         judgement, one_request, measured, target_mde, reported
     ):
