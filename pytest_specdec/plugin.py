@@ -26,7 +26,7 @@ from pytest_specdec.report.export import load_properties, verdict_properties
 from pytest_specdec.scheduling import make_scheduler
 from pytest_specdec.state import STASH_KEY, SpecdecState
 from pytest_specdec.verdict.baselines import BaselineError
-from pytest_specdec.verdict.gate import crossover_failures, failing
+from pytest_specdec.verdict.gate import crossover_failures, gating
 from pytest_specdec.verdict.judge import (
     LOAD_ONLY,
     MISMATCH,
@@ -214,10 +214,8 @@ def check_judgement(
         for prop, value in verdict_properties(judgement):
             record(prop, value)
     # the one-request verdicts only: the load levels' gate is test_load_verdict's, after them
-    fail_on, gates = runner.settings.fail_on, runner.settings.provisional_gates
-    levels = judgement.load.verdicts() if judgement.load is not None else []
-    found = [m for v, m in failing(judgement, fail_on) if v not in levels
-             and (gates or not v.provisional)]  # fmt: skip
+    found = gating(judgement, runner.settings.fail_on, runner.settings.provisional_gates,
+                   load=False)  # fmt: skip
     if found:
         pytest.fail("\n".join(found + judgement.notes), pytrace=False)
     return judgement
@@ -241,9 +239,8 @@ def check_load(
     if record is not None:
         for prop, value in load_properties(judgement):
             record(prop, value)
-    fail_on, gates = runner.settings.fail_on, runner.settings.provisional_gates
-    found = [m for v, m in failing(judgement, fail_on) if v in load.verdicts()
-             and (gates or not v.provisional)]  # fmt: skip
+    fail_on = runner.settings.fail_on
+    found = gating(judgement, fail_on, runner.settings.provisional_gates, load=True)
     found += crossover_failures([judgement], fail_on)
     if found:
         pytest.fail("\n".join(found + load.notes), pytrace=False)

@@ -16,7 +16,7 @@ from pytest_specdec.core.results import ConfigRecord
 from pytest_specdec.core.suitefile import SuiteSettings
 from pytest_specdec.core.values import positive_float
 from pytest_specdec.core.workloads import load_workload
-from pytest_specdec.driver.runner import Runner, RunSettings
+from pytest_specdec.driver.runner import Runner, RunSettings, speedup_curves
 from pytest_specdec.driver.stopping import budget_reason, decided_reason, pending
 from pytest_specdec.verdict.judge import Judgement
 from pytest_specdec.verdict.load import LevelJudgement, LoadJudgement
@@ -184,7 +184,7 @@ def test_the_plain_config_of_a_speedup_curve_waits_for_it_without_a_reference(
     try:
         for name in ("baseline", "draft-d4"):
             runner.records[name].extra["load"] = [{"clients": 1, "round": 1}]
-        assert runner.speedup_curves() == {"draft-d4": "baseline"}
+        assert speedup_curves(runner.document()) == {"draft-d4": "baseline"}
         runner.records["baseline"].extra["cost"] = [{"total_s": 200.0}]
         assert runner.skip_reason("baseline") is not None  # its own budget comes first
         runner.records["baseline"].extra["cost"] = []

@@ -40,6 +40,10 @@ class Runner(SweepSteps, ReferenceSteps):
         plain config of speedup curves runs on while a config whose curve it is does (the
         reference of an A/B, while any judged config does), and a config with a curve boots
         two sessions at least, so that its speedup has sessions a side. Else None."""
+        return self._skip_reason(name, None)
+
+    def _skip_reason(self, name: str, doc: dict[str, Any] | None) -> str | None:
+        """skip_reason on the results document ``doc`` (made here once, when first needed)."""
         rec = self.records.get(name)
         if rec is None:
             return None
@@ -48,11 +52,12 @@ class Runner(SweepSteps, ReferenceSteps):
             return over
         if not self.settings.adaptive:
             return None
-        curves = self.speedup_curves()
+        doc = doc if doc is not None else self.document()
+        curves = speedup_curves(doc)
         others = [n for n, plain in curves.items() if plain == name]
         if name == self.settings.reference or others:
             others = self.judged_configs() if name == self.settings.reference else others
-            if others and all(self.skip_reason(n) for n in others):
+            if others and all(self._skip_reason(n, doc) for n in others):
                 return f"{name}: the plain config of {', '.join(others)}, each of them stopped"
             return None
         booted = len(rec.extra.get("sessions", []))
@@ -61,24 +66,13 @@ class Runner(SweepSteps, ReferenceSteps):
         target = self.settings.target_mde
         try:  # decided as the gate will judge (Bonferroni over the configs and levels), the
             # MDE held to the target as the report will state it
-            judgement = self.judge_for_gate(name)
-            reported = self.judge(name) if target is not None else None
+            judgement = self.judge_for_gate(name, doc)
+            reported = self.judge(name, doc=doc) if target is not None else None
         except BaselineError:  # not decided here; the config's gate test reports it
             return None
         levels = levels_of({"extra": rec.extra})
         measured = bool(rec.measured())
         return decided_reason(judgement, measured, levels, booted, target, reported)
-
-    def speedup_curves(self) -> dict[str, str]:
-        """Each config with load levels measured -> the plain config of the run its speedup
-        curve is taken against (verdict/load.py's plain_config), where there is one."""
-        doc = self.document()
-        curves = {}
-        for cfg in doc["configs"]:
-            plain = plain_config(doc, cfg) if levels_of(cfg) else None
-            if plain is not None:
-                curves[str(cfg["name"])] = str(plain["name"])
-        return curves
 
     # --- judge ------------------------------------------------------------------------------
 
@@ -108,16 +102,17 @@ class Runner(SweepSteps, ReferenceSteps):
             self.settings.same_machine,
         )  # fmt: skip
 
-    def judge_for_gate(self, name: str) -> Judgement:
+    def judge_for_gate(self, name: str, doc: dict[str, Any] | None = None) -> Judgement:
         """Per-config gate during the run: Bonferroni over the judged configs (Holm's first
         step), and for the load levels over every (config, level) pair; the summary at the end
-        of the run applies full Holm across them."""
+        of the run applies full Holm across them. ``doc``: as for :meth:`judge`."""
         m = max(1, len(self.judged_configs()))
         base = self.settings.policy
         levels = max(1, len(self.settings.concurrency))
         return self.judge(
             name,
             replace(base, alpha=base.alpha / m),
+            doc,
             load_policy=with_level_alpha(base, m * levels),
         )
 
@@ -155,6 +150,18 @@ class Runner(SweepSteps, ReferenceSteps):
             except (ValueError, OSError) as exc:
                 lines.append(f"{cfg['name']}: NOT UPDATED: {exc}")
         return lines
+
+
+def speedup_curves(doc: dict[str, Any]) -> dict[str, str]:
+    """Each config of the results document ``doc`` with load levels measured -> the plain
+    config of the run its speedup curve is taken against (verdict/load.py's plain_config),
+    where there is one."""
+    curves = {}
+    for cfg in doc["configs"]:
+        plain = plain_config(doc, cfg) if levels_of(cfg) else None
+        if plain is not None:
+            curves[str(cfg["name"])] = str(plain["name"])
+    return curves
 
 
 def run_errors(runs: Iterable[RunRecord]) -> list[str]:

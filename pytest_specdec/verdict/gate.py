@@ -88,6 +88,16 @@ def failing(j: Judgement, fail_on: Sequence[str]) -> list[tuple[Verdict, str]]:
     return out
 
 
+def gating(j: Judgement, fail_on: Sequence[str], provisional_gates: bool, *, load: bool
+           ) -> list[str]:  # fmt: skip
+    """The messages of ``j``'s failing verdicts that one gate test fails on: its load levels'
+    (``load``) or its one-request ones (tok/s, accept length); a provisional verdict only with
+    ``provisional_gates``."""
+    levels = j.load.verdicts() if j.load is not None else []
+    return [m for v, m in failing(j, fail_on)
+            if (v in levels) == load and (provisional_gates or not v.provisional)]  # fmt: skip
+
+
 def crossover_failures(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[str]:
     """With ``crossover`` in ``fail_on``: the load levels where speculation no longer pays
     (tonight's speedup CI below 1) where it paid in the stored baselines (CI above 1)."""
