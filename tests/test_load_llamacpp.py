@@ -188,9 +188,10 @@ def test_a_round_whose_requests_fail_is_an_error_never_a_number(
 def test_adaptive_sessions_boot_on_until_decided_and_a_budget_stops_them(
     two_prompt_project: pytest.Pytester,
 ) -> None:
-    """With no baseline nothing can be decided, so adaptive sessions all boot. A real boot and
-    one level take far more than 0.06 s on any machine, so with a budget of 0.001 minutes a
-    second session is skipped, saying why (the budget is checked first); the level's gate runs
+    """With no baseline nothing can be decided, so adaptive sessions that store one all boot,
+    while a run that stores none stops after the first. A real boot and one level take far
+    more than 0.06 s on any machine, so with a budget of 0.001 minutes a second session is
+    skipped, saying why (the budget is checked first); the level's gate runs
     after the last session all the same, booted or not."""
     project = two_prompt_project
     configs = project.makefile(".toml", load=CONFIGS)
@@ -227,3 +228,14 @@ def test_adaptive_sessions_boot_on_until_decided_and_a_budget_stops_them(
     assert {r["session"] for r in config["extra"]["load"]} == {1}
     (verdict,) = _results(second)["verdicts"]
     assert verdict["load"]["levels"]["1"]["verdict"]["method"] == "welch-provisional"
+    # Against no baseline, storing none: no further session could judge anything, so the second
+    # is skipped after the first
+    unjudged = project.runpytest_subprocess(
+        *common, "--specdec-baseline-dir", "none", "--specdec-results", str(project.path / "u.json")
+    )  # fmt: skip
+    assert unjudged.ret == pytest.ExitCode.OK, unjudged.stdout.str()
+    unjudged.assert_outcomes(passed=1, skipped=2)
+    unjudged.stdout.fnmatch_lines([
+        "SKIPPED*np2: stopped after 1 session(s): no baseline to judge against, and this run "
+        "stores none (--specdec-update-baselines stores one)",
+    ])  # fmt: skip

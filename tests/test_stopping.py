@@ -215,3 +215,38 @@ def test_a_baseline_of_another_key_stops_the_config_at_once() -> None:
     said = decided_reason(j, True, [], 1)
     assert said == "cfg: stopped after 1 session(s): baseline key differs: engine_version 1 != 2"
     assert decided_reason(j, False, [], 1) is None  # nothing measured: nothing said
+
+
+def _unbaselined(suite: Verdict | None, load_status: str) -> Judgement:
+    """A judgement whose one-request verdict has no baseline (``suite`` None) or one, and whose
+    load levels are judged or (``load_status`` no-baseline) not."""
+    levels = {16: LevelJudgement(16, SAME, "")} if load_status == "judged" else {}
+    load = LoadJudgement(load_status, "", "baseline x", levels)
+    status = "no-baseline" if suite is None else "judged"
+    return Judgement("cfg", status, "no baseline for cfg", "baseline x", suite=suite, load=load)
+
+
+def test_a_part_with_no_baseline_stops_sessions_only_where_the_run_stores_none() -> None:
+    """Storing, sessions are what a first baseline is made of; storing none, no session of the
+    run can give a verdict to a part that has no baseline, so it is not waited for."""
+    nothing = _unbaselined(None, "no-baseline")
+    assert pending(nothing, True, [16]) == ["tok/s", "16 clients"]
+    assert decided_reason(nothing, True, [16], 1) is None
+    assert pending(nothing, True, [16], stores=False) == []
+    assert decided_reason(nothing, True, [16], 1, stores=False) == (
+        "cfg: stopped after 1 session(s): no baseline to judge against, and this run stores "
+        "none (--specdec-update-baselines stores one)"
+    )
+    # one part judged: the other is left out, and the message says which had none
+    levels_only = _unbaselined(None, "judged")
+    assert decided_reason(levels_only, True, [16], 2, stores=False) == (
+        "cfg: decided after 2 session(s): tok/s no baseline; load levels UNCHANGED at 16"
+    )
+    suite_only = _unbaselined(SAME, "no-baseline")
+    assert decided_reason(suite_only, True, [16], 2, stores=False) == (
+        "cfg: decided after 2 session(s): tok/s UNCHANGED; load levels no baseline"
+    )
+    # a part with a baseline that is still open keeps sessions coming
+    open_levels = _unbaselined(None, "judged")
+    open_levels.load.levels[16] = LevelJudgement(16, UNSURE, "")  # type: ignore[union-attr]
+    assert pending(open_levels, True, [16], stores=False) == ["16 clients"]

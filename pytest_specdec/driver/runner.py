@@ -72,7 +72,8 @@ class Runner(SweepSteps, ReferenceSteps):
             return None
         levels = levels_of({"extra": rec.extra})
         measured = bool(rec.measured())
-        return decided_reason(judgement, measured, levels, booted, target, reported)
+        stores = self.settings.update_baselines
+        return decided_reason(judgement, measured, levels, booted, target, reported, stores)
 
     # --- judge ------------------------------------------------------------------------------
 
