@@ -128,7 +128,8 @@ SESSION_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--specdec-max-minutes",
      dict(type=positive_float, default=None, metavar="M",
           help="with --specdec-sessions N: skip a config's session that would take its "
-          "sessions' machine time (boots included, as recorded) past M minutes")),
+          "sessions' machine time (boots included, as recorded) past M minutes; not with "
+          "--specdec-server-url")),
     ("--specdec-target-mde",
      dict(type=fraction, default=None, metavar="F",
           help="with --specdec-adaptive: a verdict of no change is decided only once its MDE "

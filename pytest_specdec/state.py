@@ -191,6 +191,12 @@ class SpecdecState:
                 f"--specdec-target-mde {getopt('--specdec-target-mde'):g} decides when adaptive "
                 "sessions stop; add --specdec-adaptive (and --specdec-sessions N)"
             )
+        if getopt("--specdec-max-minutes") is not None and getopt("--specdec-server-url"):
+            raise pytest.UsageError(
+                f"--specdec-max-minutes {getopt('--specdec-max-minutes'):g} budgets the machine "
+                "time of the server sessions the plugin boots; with --specdec-server-url it boots "
+                "none (the server's time is yours to budget): drop one of the two"
+            )
         return RunSettings(
             engine=engine,
             config_names=tuple(  # a name resolved on another engine travels qualified

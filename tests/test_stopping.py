@@ -149,6 +149,22 @@ def test_a_target_mde_without_adaptive_sessions_is_refused(pytester: pytest.Pyte
     )
 
 
+def test_a_budget_with_a_server_given_by_url_is_refused(pytester: pytest.Pytester) -> None:
+    """The plugin boots nothing there, so a budget of its sessions' machine time would be
+    silently ignored."""
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest(
+        "--specdec-max-minutes", "15", "--specdec-server-url", "http://127.0.0.1:8080",
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*--specdec-max-minutes 15 budgets the machine time of the server sessions the plugin "
+        "boots; with --specdec-server-url it boots none (the server's time is yours to budget): "
+        "drop one of the two"
+    ])  # fmt: skip
+
+
 def test_the_target_holds_the_mde_the_report_states_not_the_gates() -> None:
     """The gate judges at a Bonferroni alpha (a wider MDE); the report at the run's own."""
     strict = welch_log(
