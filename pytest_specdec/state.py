@@ -186,17 +186,7 @@ class SpecdecState:
         if self.worker_id:
             results = results.with_name(f"{results.stem}.{self.worker_id}{results.suffix}")
         given = getopt("--specdec-cpus")  # checked now; the automatic split when first used
-        if getopt("--specdec-target-mde") is not None and not getopt("--specdec-adaptive"):
-            raise pytest.UsageError(
-                f"--specdec-target-mde {getopt('--specdec-target-mde'):g} decides when adaptive "
-                "sessions stop; add --specdec-adaptive (and --specdec-sessions N)"
-            )
-        if getopt("--specdec-max-minutes") is not None and getopt("--specdec-server-url"):
-            raise pytest.UsageError(
-                f"--specdec-max-minutes {getopt('--specdec-max-minutes'):g} budgets the machine "
-                "time of the server sessions the plugin boots; with --specdec-server-url it boots "
-                "none (the server's time is yours to budget): drop one of the two"
-            )
+        _check_session_options(getopt)
         return RunSettings(
             engine=engine,
             config_names=tuple(  # a name resolved on another engine travels qualified
@@ -299,6 +289,22 @@ class SpecdecState:
         """The config group that one xdist worker runs whole: the config, or, under
         --specdec-reference, every config with the reference (judged in one process)."""
         return self.settings.reference or config_name
+
+
+def _check_session_options(getopt: Any) -> None:
+    """The session options that need another: a target MDE needs adaptive sessions, and a
+    budget of machine time needs sessions the plugin boots."""
+    if getopt("--specdec-target-mde") is not None and not getopt("--specdec-adaptive"):
+        raise pytest.UsageError(
+            f"--specdec-target-mde {getopt('--specdec-target-mde'):g} decides when adaptive "
+            "sessions stop; add --specdec-adaptive (and --specdec-sessions N)"
+        )
+    if getopt("--specdec-max-minutes") is not None and getopt("--specdec-server-url"):
+        raise pytest.UsageError(
+            f"--specdec-max-minutes {getopt('--specdec-max-minutes'):g} budgets the machine "
+            "time of the server sessions the plugin boots; with --specdec-server-url it boots "
+            "none (the server's time is yours to budget): drop one of the two"
+        )
 
 
 def _check_charts() -> None:
