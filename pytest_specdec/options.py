@@ -124,7 +124,8 @@ SESSION_OPTIONS: list[tuple[str, dict[str, Any]]] = [
      dict(action="store_true",
           help="with --specdec-sessions N: skip a config's further sessions once its verdicts "
           "are decided: the one-request verdict and every load level's (the plain config of "
-          "speedup curves runs on while a config whose curve it is does)")),
+          "speedup curves runs on while a config whose curve it is does), or have no baseline "
+          "in a run that stores none")),
     ("--specdec-max-minutes",
      dict(type=positive_float, default=None, metavar="M",
           help="with --specdec-sessions N: skip a config's session that would take its "
