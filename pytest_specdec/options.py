@@ -256,7 +256,8 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
         "--specdec-no-lint",
         dict(
             action="store_true",
-            help="do not check config flags against the installed engine before booting",
+            help="do not check config flags against the installed engine before booting, "
+            "nor choose between a suite's interfaces (the first is booted as written)",
         ),
     ),
     *TIMEOUT_OPTIONS,

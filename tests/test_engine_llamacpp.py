@@ -457,7 +457,8 @@ def test_a_config_boots_with_the_interface_the_installed_engine_takes(
 ) -> None:
     """A config with an alternative interface: the real llama-server's own flags (its --help)
     refuse the first (an unknown tree flag) and take the second, which is booted, recorded
-    and keyed as the config; with lint off the first is booted and the engine refuses it."""
+    and keyed as the config; with lint off the first is booted, the engine refuses it, and the
+    error names the interface left untried and the fix."""
     extra = two_prompt_project.makefile(".toml", extra=TWO_INTERFACES)
     out = two_prompt_project.path / "r.json"
     args = ("suites/test_throughput.py", "--specdec-config-file", str(extra), "--spec-config",
@@ -480,6 +481,8 @@ def test_a_config_boots_with_the_interface_the_installed_engine_takes(
     assert config["config"]["interface"] == "tree-build" and "--spec-tree-budget" in str(
         config["error"]
     )
+    first_line = str(config["error"]).splitlines()[0]  # what the summary shows: the way out
+    assert "--specdec-no-lint left the suite's other interfaces upstream untried" in first_line
 
 
 def test_the_lossless_reference_is_stored_and_reused_while_its_inputs_stay_the_same(

@@ -468,6 +468,12 @@ def test_engine_interfaces_boot_the_extra_args_the_installed_sglang_takes(
     assert label == "older" and list(tried) == ["default"]
     assert "--cuda-graph-max-bs-everywhere: unknown to SGLang's argument parser" in tried["default"]
     assert planner.engine_for(cfg).settings is engine.settings  # chosen once
+    assert planner.untried(planner.plan(cfg)) == []  # lint chose: nothing left untried
+
+    unlinted = Planner(RunSettings(engine="sglang", model="org/target", lint=False), suite)
+    plan = unlinted.plan(cfg)  # lint off: its own extra_args, booted as written
+    assert plan.engine.settings.extra_args == ("--cuda-graph-max-bs-everywhere", "4")
+    assert unlinted.untried(plan) == ["older", "also"]
 
     bad = tmp_path / "bad.toml"
     bad.write_text('[engines.sglang.interfaces.older]\nargs = ["--x"]\n')

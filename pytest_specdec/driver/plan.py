@@ -297,6 +297,14 @@ class Planner:
                 )
         return target, draft
 
+    def untried(self, plan: BootPlan) -> list[str]:
+        """The interfaces the suite offers for ``plan``'s engine settings and config that no
+        lint chose between (``--specdec-no-lint``): the first of each was booted as written."""
+        if self.settings.lint or self.settings.server_url:
+            return []
+        engine = [name for name, _ in self.suite.engine_settings(plan.config.engine).variants()]
+        return engine[1:] + list(plan.config.alternatives)
+
     def secret_dir(self) -> Path | None:
         """A 0700 folder for files that carry the API key to an engine; removed at close."""
         if not self.settings.api_key:
@@ -334,6 +342,16 @@ def refusal(plan: BootPlan, listed: str) -> str:
     return (
         f"config {cfg.qualified_name} has flags the installed {installed} does not accept: "
         f"{listed}; fix the config or pass --specdec-no-lint"
+    )
+
+
+def untried_note(message: str, untried: Sequence[str]) -> str:
+    """A failed boot's message, its first line naming the interfaces left untried, and the fix."""
+    head, sep, tail = message.partition("\n")
+    return (
+        f"{head} (booted as written: --specdec-no-lint left the suite's other interfaces "
+        f"{', '.join(untried)} untried; run without it to boot the first that the installed "
+        f"engine takes){sep}{tail}"
     )
 
 

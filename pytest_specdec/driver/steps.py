@@ -29,7 +29,7 @@ from pytest_specdec.core.results import (
 from pytest_specdec.core.suitefile import SuiteSettings
 from pytest_specdec.core.workloads import Prompt, Workload
 from pytest_specdec.driver.boot import Booter, Server, resolve_configs
-from pytest_specdec.driver.plan import Planner, PlanRefused
+from pytest_specdec.driver.plan import Planner, PlanRefused, untried_note
 from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.engines import EngineNotInstalled
 from pytest_specdec.engines.base import Rendering, RequestSpec
@@ -117,8 +117,12 @@ class Steps:
         except LaunchError as exc:  # the machine time it held counts against the budget
             spent = time.perf_counter() - started
             record.extra.setdefault("cost", []).append({"total_s": spent, "failed": True})
-            self._failed(record, exc, session)
-            raise
+            untried = self.planner.untried(plan)
+            failure = LaunchError(untried_note(str(exc), untried)) if untried else exc
+            self._failed(record, failure, session)
+            if failure is exc:
+                raise
+            raise failure from exc
         server.session = session
         server.texts = self.prompt_texts(server)
         lint = record.extra.get("lint")
