@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.results import load_results
+from pytest_specdec.measure.levels import rounds_of
 
 
 @dataclass(frozen=True)
@@ -90,21 +91,17 @@ def from_runs(config: Mapping[str, Any], prompt: str | None = None) -> StepCost 
 
 
 def from_level(config: Mapping[str, Any], clients: int = 1) -> StepCost | None:
-    """Totals of the measured rounds (warm-up left out) of a config's load level of
-    ``clients``; None where it ran no such level."""
-    rounds = [
-        e for e in (config.get("extra") or {}).get("load", [])
-        if e.get("clients") == clients and not e.get("warmup") and not e.get("failed")
-        and e.get("verify_steps")
-    ]  # fmt: skip
+    """Totals of the measured rounds (warm-up left out, measured cleanly) of a config's load
+    level of ``clients``; None where it ran no such level."""
+    rounds = [r for r in rounds_of(config, clients) if r.ok and r.verify_steps]
     if not rounds:
         return None
     return _total(
         f"{clients} clients",
         (
-            (int(e["requests"]), float(e["wall_s"]), int(e["output_tokens"]),
-             int(e["verify_steps"]), (e.get("engine") or {}).get("phase_s") or {})
-            for e in rounds
+            (r.requests, r.wall_s, r.output_tokens, int(r.verify_steps or 0),
+             r.engine.get("phase_s") or {})
+            for r in rounds
         ),
     )  # fmt: skip
 
