@@ -118,10 +118,11 @@ class Steps:
             spent = time.perf_counter() - started
             record.extra.setdefault("cost", []).append({"total_s": spent, "failed": True})
             untried = self.planner.untried(plan)
-            failure = LaunchError(untried_note(str(exc), untried)) if untried else exc
-            self._failed(record, failure, session)
-            if failure is exc:
+            if not untried:
+                self._failed(record, exc, session)
                 raise
+            failure = LaunchError(untried_note(str(exc), untried))
+            self._failed(record, failure, session)
             raise failure from exc
         server.session = session
         server.texts = self.prompt_texts(server)
