@@ -115,3 +115,33 @@ def test_reference_ab_in_one_run(project: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["*ngram *reference baseline*", "*one server session per side*provisional*"]
     )
+
+
+def test_a_short_history_borrows_the_stored_boots_spread(project: pytest.Pytester) -> None:
+    """One stored boot of ``ngram`` says nothing of how boots spread; five stored boots of
+    ``baseline`` beside it (same machine, engine, target and workload) lend theirs. The night
+    is judged on them, provisional, and names the lender, whatever the boots read; once
+    ``baseline`` itself is judged, its own five boots make the prediction interval."""
+    five = _run(project, "--spec-config", "baseline", "--specdec-sessions", "5",
+                "--specdec-update-baselines")  # fmt: skip
+    assert five.ret == pytest.ExitCode.OK, five.stdout.str()
+    five.stdout.fnmatch_lines(["*baseline: *: 0 → 5 sessions*"])
+    one = _run(project, "--spec-config", "ngram", "--specdec-update-baselines")
+    assert one.ret == pytest.ExitCode.OK, one.stdout.str()
+
+    judged = _run(project, "--spec-config", "ngram", "--specdec-provisional", "report")
+    assert judged.ret == pytest.ExitCode.OK, judged.stdout.str()
+    judged.stdout.fnmatch_lines(
+        [
+            "ngram: * (provisional): *; the spread between sessions (*) borrowed from "
+            "baseline (5 sessions)*"
+        ]
+    )
+    own = _run(project, "--spec-config", "baseline")
+    assert own.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), own.stdout.str()
+    assert "borrowed from" not in own.stdout.str()
+    own.stdout.fnmatch_lines(["*baseline (5 sessions)*"])
+    verdict = [
+        line for line in own.stdout.lines if line.startswith("baseline: ") and "x (90% CI" in line
+    ]
+    assert verdict and "(provisional)" not in verdict[0], own.stdout.str()
