@@ -309,6 +309,29 @@ def test_reference_ab_single_and_multi_session() -> None:
     assert judged.suite is not None and not judged.suite.provisional
     assert judged.suite.n_new == 3 and judged.suite.n_ref == 3  # sessions are the unit
     assert judged.suite.ratio == pytest.approx(math.sqrt(1.3 * 70 / 80), rel=0.03)
+    assert not any("booted beside its own" in n for n in judged.notes)
+
+
+def test_a_config_stopped_early_is_judged_against_the_reference_sessions_beside_its_own() -> None:
+    """ddtree stopped after two sessions (adaptive, or its budget) while dflash ran on to four
+    for another config, its last two 30% slower (the host changed): ddtree's A/B is the one
+    of its own rounds, as its stopping look judged it, and says so."""
+    doc = results_doc(
+        {"dflash": {"code": 100, "prose": 80}, "ddtree": {"code": 130, "prose": 70}}, sessions=4
+    )
+    by = {c["name"]: c for c in doc["configs"]}
+    by["ddtree"]["runs"] = [r for r in by["ddtree"]["runs"] if r["session"] <= 2]
+    for run in by["dflash"]["runs"]:
+        run["tok_per_s"] *= 0.7 if run["session"] > 2 else 1.0
+    judged = judge_reference(doc, by["ddtree"], by["dflash"], POLICY)
+    assert judged.suite is not None and (judged.suite.n_new, judged.suite.n_ref) == (2, 2)
+    assert judged.suite.ratio == pytest.approx(math.sqrt(1.3 * 70 / 80), rel=0.03)
+    assert judged.acceptance is not None
+    assert (
+        "judged against dflash's sessions 1-2, booted beside its own; dflash ran on to "
+        "session 4 for other configs" in judged.notes
+    )
+    assert [r["session"] for r in by["dflash"]["runs"]].count(4) == 10  # the record is kept
 
 
 def test_holm_across_configs(tmp_path: Path) -> None:

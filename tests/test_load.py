@@ -41,7 +41,7 @@ from pytest_specdec.report.load import _engine_cell, verdict_rows
 from pytest_specdec.verdict.baselines import BaselineError, _check_document
 from pytest_specdec.verdict.crossover import crossover_of, first_fall
 from pytest_specdec.verdict.gate import failing
-from pytest_specdec.verdict.judge import Judgement
+from pytest_specdec.verdict.judge import Judgement, judge_baseline, judge_reference
 from pytest_specdec.verdict.load import (
     JUDGED,
     UNJUDGEABLE,
@@ -466,6 +466,28 @@ def test_ab_per_level_gives_the_speedup_curve_and_its_crossover() -> None:
     assert "one server session per side" in judged.notes[0]
     doc = _results(plain, spec)
     assert plain_config(doc, spec) is plain and plain_config(doc, plain) is None
+
+
+def test_a_level_stopped_early_is_judged_against_the_plain_sessions_beside_its_own() -> None:
+    """``spec`` stopped after one session while the plain config ran a second, 20% slower at
+    every level: the A/B and the speedup curve keep the plain session of ``spec``'s round."""
+    plain = _config("baseline", {c: _noisy(c, 100.0 * c) for c in (1, 16)}, args=(), accept=None)
+    later = _config("baseline", {c: _noisy(c + 7, 80.0 * c) for c in (1, 16)}, session=2)
+    plain["extra"]["load"] += later["extra"]["load"]
+    spec = _config("spec", {1: _noisy(11, 130.0), 16: _noisy(13, 1600.0 * 0.9)})
+    doc = _results(plain, spec, reference="baseline")
+    judged = judge_reference(doc, spec, plain, POLICY)
+    assert judged.load is not None
+    ratios = {c: lv.verdict.ratio for c, lv in judged.load.levels.items() if lv.verdict}
+    assert ratios[1] == pytest.approx(1.3, rel=0.02) and ratios[16] == pytest.approx(0.9, rel=0.02)
+    assert any("sessions 1-1, booted beside its own" in n for n in judged.notes)
+    # judged against a stored baseline, the run's speedup curve keeps the same plain session
+    alone = _results(plain, spec)
+    load = judge_baseline(alone, spec, Path("/nonexistent-baselines"), POLICY).load
+    assert load is not None and load.crossover is not None
+    assert any(
+        n.startswith("speedup curve judged against baseline's sessions 1-1") for n in load.notes
+    )
 
 
 def test_holm_runs_across_every_level_of_the_run() -> None:

@@ -48,6 +48,7 @@ from pytest_specdec.verdict.machines import machine_history, machine_of
 from pytest_specdec.verdict.sessions import (
     LOAD_ONLY_MESSAGE,
     accept_means,
+    alongside,
     by_session,
     config_measured,
     empty_prompts,
@@ -141,8 +142,13 @@ def judge_reference(
 ) -> Judgement:
     """A/B within one run: Welch t on ln tok/s between two configs' runs, and at each load
     level both measured (``load_policy``; ``root``: the baseline store, for the stored speedup
-    curve beside tonight's, of the sessions ``same_machine`` keeps)."""
+    curve beside tonight's, of the sessions ``same_machine`` keeps). A config stopped before
+    the reference is judged against the reference's sessions of its own rounds
+    (sessions.alongside), and says so."""
+    reference, cut = alongside(reference, config)
     judgement = _prompts_reference(results, config, reference, policy)
+    if cut:
+        judgement.notes.append(cut)
     if levels_of(config):
         load = judge_load_reference(config, reference, load_policy or policy)
         if root is not None and load.crossover is not None:
@@ -360,7 +366,10 @@ def _load_against_baseline(
         load = judge_load_history(config, baseline, policy, lenders)
     plain = plain_config(results, config)
     if plain is not None:
+        plain, cut = alongside(plain, config)
         load.crossover = crossover_of(plain["name"], speedup_levels(config, plain, policy))
+        if cut and load.crossover is not None:
+            load.notes.append(f"speedup curve {cut}")
         if load.crossover is not None:
             load.baseline_crossover = stored_crossover(
                 results, config, plain, root, policy, same_machine

@@ -78,6 +78,33 @@ def sessions_of(config: Mapping[str, Any]) -> list[int]:
     return sorted(found)
 
 
+def last_session(config: Mapping[str, Any]) -> int | None:
+    """The last server session that measured anything (prompts or load rounds), or None."""
+    loads = [int(e.get("session", 1)) for e in (config.get("extra") or {}).get("load") or []]
+    found = sessions_of(config) + loads
+    return max(found) if found else None
+
+
+def alongside(
+    plain: Mapping[str, Any], config: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], str | None]:
+    """``plain``'s record cut to the server sessions booted beside ``config``'s, and the note
+    that says so (None: nothing cut). Sessions are interleaved A B A B, session k of every
+    config in round k, so a config stopped early (its verdicts decided under
+    ``--specdec-adaptive``, or its ``--specdec-max-minutes`` reached) while the plain side ran
+    on is judged against the plain sessions of its own rounds: the A/B its stopping look
+    judged, not one with boots that never sat beside its own."""
+    last, theirs = last_session(config), last_session(plain)
+    if last is None or theirs is None or theirs <= last:
+        return plain, None
+    extra = dict(plain.get("extra") or {})
+    extra["load"] = [e for e in extra.get("load") or [] if int(e.get("session", 1)) <= last]
+    runs = [r for r in plain.get("runs", []) if int(r.get("session", 1)) <= last]
+    note = (f"judged against {plain.get('name')}'s sessions 1-{last}, booted beside its own; "
+            f"{plain.get('name')} ran on to session {theirs} for other configs")  # fmt: skip
+    return {**plain, "runs": runs, "extra": extra}, note
+
+
 def by_session(
     config: Mapping[str, Any], prompts: Sequence[str], score: str = "e2e"
 ) -> list[dict[str, list[float]]]:
