@@ -8,6 +8,8 @@ fault it was given (``fault`` may be changed while it runs):
   ``data: [DONE]`` (the control);
 * ``http500`` answers HTTP 500 with a short body;
 * ``malformed`` streams one good event, then an event that is not JSON;
+* ``shapeless`` streams one good event, then valid JSON of the wrong shape (a choice that is
+  a string), which the adapter cannot read;
 * ``cut`` streams two events, then closes the connection in the middle of the chunked body;
 * ``zero`` streams a usage event with ``completion_tokens: 0`` and ``[DONE]``;
 * ``stall`` sends nothing for ``stall_s`` seconds (longer than the client's read timeout).
@@ -32,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-FAULTS = ("ok", "http500", "malformed", "cut", "zero", "stall")
+FAULTS = ("ok", "http500", "malformed", "shapeless", "cut", "zero", "stall")
 CHAT = "/v1/chat/completions"
 ENGINE = "llama-server"
 
@@ -99,6 +101,8 @@ class _Handler(BaseHTTPRequestHandler):
             chunks = [_event(_usage(0)), _event("[DONE]")]
         elif fault == "malformed":
             chunks = [_event(_content("Hi")), _event('{"choices": [{"delta": ')]
+        elif fault == "shapeless":
+            chunks = [_event(_content("Hi")), _event({"choices": ["oops"]}), _event("[DONE]")]
         elif fault == "cut":
             chunks = [_event(_content("Hi")), _event(_content(" there"))]
         else:

@@ -538,6 +538,7 @@ def test_killed_xdist_worker_takes_its_engine_with_it(
 SERVER_FAULTS = [
     ("http500", r"HTTP 500 from /v1/chat/completions: .*injected failure"),
     ("malformed", r"malformed JSON in stream from /v1/chat/completions"),
+    ("shapeless", r"AttributeError: 'str' object has no attribute 'get'"),
     ("cut", r"connection closed by the server mid-response|ended before \[DONE\]"),
     ("zero", r"server reported 0 output tokens"),
     ("stall", r"read timeout: no data for 2\.0 s|request timed out after 2 s"),
@@ -570,6 +571,82 @@ def test_server_fault_is_a_failed_run_with_its_cause(
         assert not run["ok"] and re.search(cause, run["error"]), run["error"]
         assert run["tok_per_s"] is None and run["tpot_s"] is None
     assert elapsed < 60, f"took {elapsed:.0f} s"
+
+
+def _load_external(project: pytest.Pytester, url: str, out: Path, *extra: str) -> Any:
+    """Two clients at one load level against ``url``, three rounds of the two-prompt workload."""
+    project.makefile(".jsonl", two=ONE_PROMPT + ONE_PROMPT.replace('"haiku"', '"haiku2"'))
+    return project.runpytest_subprocess(
+        "suites/test_concurrency.py", "--specdec-server-url", url, "--specdec-engine",
+        "llamacpp", "--spec-config", "faulty", "--specdec-request-timeout", "2",
+        "--specdec-results", str(out), "--specdec-concurrency", "2", "--specdec-rounds", "3",
+        "--specdec-workload", "two.jsonl", "--specdec-max-tokens", "16", "--specdec-no-warmup",
+        *QUIET, *extra, timeout=120,
+    )  # fmt: skip
+
+
+def _rounds(path: Path) -> list[dict[str, Any]]:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    (config,) = [c for c in doc["configs"] if c["name"] == "faulty"]
+    return list(config["extra"]["load"])
+
+
+@pytest.mark.parametrize(
+    ("fault", "cause"),
+    [("shapeless", "AttributeError: 'str' object has no attribute 'get'"),
+     ("stall", "read timeout: no data for 2.0 s|request timed out after 2 s")],
+    ids=["shapeless", "stall"],
+)  # fmt: skip
+def test_a_load_round_with_a_failed_request_fails_its_level_and_stops_it(
+    suite_project: pytest.Pytester, fault: str, cause: str
+) -> None:
+    """A response the adapter cannot read, or an engine that hangs: the round records the
+    error, never a number; each client stops at its failed request, the level stops after
+    the round, and no client sends anything after the run is done with the level."""
+    out = suite_project.path / "r.json"
+    start = time.monotonic()
+    with FaultServer(fault, stall_s=60) as server:
+        result = _load_external(suite_project, server.url, out)
+        chats = server.chats
+        time.sleep(0.5)
+        assert server.chats == chats  # nothing sent once the level is over
+    elapsed = time.monotonic() - start
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    (only,) = _rounds(out)  # rounds 2 and 3 not run
+    assert only["round"] == 1 and only["output_tok_per_s"] is None
+    assert only["requests"] == only["failed"] == 2 == chats  # one request a client
+    assert all(re.search(cause, e) for e in only["errors"][:2]), only["errors"]
+    assert "the level stopped here: its 2 later round(s) were not run" in only["errors"][2]
+    result.stdout.re_match_lines([rf".*round 1: client 0 haiku: ({cause})"])
+    assert elapsed < 60, f"took {elapsed:.0f} s"
+
+
+def test_a_load_request_ended_short_is_an_error_with_ignore_eos_and_a_note_without(
+    suite_project: pytest.Pytester,
+) -> None:
+    """The server ends every request at 8 tokens of the 16 asked. With ignore_eos a round
+    measures fixed-length requests, so each is an error naming what it decoded; without it
+    the level is measured and its note says the rounds did unequal work."""
+    out = suite_project.path / "r.json"
+    with FaultServer("ok", tokens=8) as server:
+        fixed = _load_external(suite_project, server.url, out, "--specdec-ignore-eos")
+    assert fixed.ret == pytest.ExitCode.TESTS_FAILED, fixed.stdout.str()
+    (first,) = _rounds(out)
+    assert first["errors"][0].endswith(
+        "decoded 8 of 16 tokens with ignore_eos (finish_reason None): the engine ended it "
+        "early, e.g. at a full context; give each of its slots more context, or lower "
+        "--specdec-max-tokens"
+    )
+    with FaultServer("ok", tokens=8) as server:
+        free = _load_external(suite_project, server.url, out)
+    assert free.ret == pytest.ExitCode.OK, free.stdout.str()
+    rounds = _rounds(out)
+    assert len(rounds) == 3 and all(r["engine"]["short_requests"] == 4 for r in rounds)
+    free.stdout.fnmatch_lines(
+        ["*faulty at 2 clients: 12 of 12 requests ended at EOS before max_tokens, so the rounds "
+         "did unequal work; --specdec-ignore-eos (or [[]suite] ignore_eos = true) decodes every "
+         "request in full*"]
+    )  # fmt: skip
 
 
 def test_fault_server_control_measures_normally(suite_project: pytest.Pytester) -> None:

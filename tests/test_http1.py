@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -202,6 +205,36 @@ def test_refused_connection_names_the_address() -> None:
     asyncio.run(server.run(lambda url: asyncio.sleep(0)))  # a port that was just free
     with pytest.raises(RequestFailed, match=rf"cannot connect: 127.0.0.1:{server.port}: "):
         asyncio.run(body(f"http://127.0.0.1:{server.port}"))
+
+
+def test_a_connection_reset_while_sending_is_a_failed_request() -> None:
+    """The server resets the connection while a large body is still being sent: a failed
+    request naming the address, never an OSError that escapes the request."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+
+    def reset() -> None:
+        conn, _ = listener.accept()
+        conn.recv(1024)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+
+    thread = threading.Thread(target=reset, daemon=True)
+    thread.start()
+
+    async def body() -> Any:
+        async with ClientSettings(read_timeout_s=5).build(f"http://127.0.0.1:{port}") as client:
+            payload = {"messages": [{"role": "user", "content": "x" * (32 << 20)}]}
+            return await stream_sse(client, "/v1/chat/completions", payload, chat_has_content)
+
+    try:
+        with pytest.raises(RequestFailed, match=rf"request not sent to 127.0.0.1:{port}: "):
+            asyncio.run(body())
+    finally:
+        thread.join(5)
+        listener.close()
 
 
 def test_https_goes_through_httpx_own_transport() -> None:

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import math
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -24,8 +25,8 @@ from pytest_specdec.core.suitefile import load_suite_settings
 from pytest_specdec.core.values import rounds
 from pytest_specdec.engines.llamacpp import LlamaCppEngine
 from pytest_specdec.engines.sglang import SGLangEngine
+from pytest_specdec.measure.gauges import GaugeWatch, watch_gauges
 from pytest_specdec.measure.levels import (
-    GaugeWatch,
     LoadLimits,
     client_order,
     gauge_read_summary,
@@ -34,7 +35,6 @@ from pytest_specdec.measure.levels import (
     run_round,
     summarize_level,
     summarize_round,
-    watch_gauges,
 )
 from pytest_specdec.report.export import load_properties
 from pytest_specdec.report.load import _engine_cell, verdict_rows
@@ -97,6 +97,58 @@ def test_a_round_runs_every_client_as_a_closed_loop() -> None:
     assert wall > 0
     with pytest.raises(ValueError, match="clients >= 1"):
         asyncio.run(run_round(0, 2, send))
+
+
+def test_a_client_stops_at_its_failed_request_and_a_raising_send_cancels_the_others() -> None:
+    """A client whose request failed sends nothing more in the round (its throughput is gone,
+    and a hung engine would hold it for a timeout a prompt); the others go on. A send that
+    raises cancels every other client before the error goes on: none keeps loading the
+    engine after the round."""
+    sent: list[tuple[int, int]] = []
+
+    async def send(client: int, index: int) -> RunRecord:
+        sent.append((client, index))
+        await asyncio.sleep(0.01)
+        return _record(client, index, error="HTTP 500" if client == 1 else None)
+
+    records, _ = asyncio.run(run_round(3, 4, send))
+    assert [(c, i) for c, i in sent if c == 1] == [(1, 1)]  # its first prompt, then no more
+    assert len([s for s in sent if s[0] != 1]) == 8 and len(records) == 9
+
+    after: list[int] = []
+
+    async def main() -> None:
+        async def raising(client: int, index: int) -> RunRecord:
+            if client == 0:
+                raise RuntimeError("adapter bug")
+            await asyncio.sleep(0.05)
+            after.append(client)
+            return _record(client, index)
+
+        with pytest.raises(RuntimeError, match="adapter bug"):
+            await run_round(3, 4, raising)
+        await asyncio.sleep(0.2)  # time for an orphaned client to send again
+
+    asyncio.run(main())
+    assert after == []
+
+
+def test_a_level_takes_its_percentiles_over_every_request_of_its_rounds() -> None:
+    """One request stalls in one round of five: the level's TTFT p99 shows it, where the
+    median over the rounds' own p99s would not."""
+    rounds = []
+    for n in range(1, 6):
+        records = [_record(c, 0) for c in range(5)]
+        if n == 3:
+            records[0].ttft_s = 2.0
+        rounds.append(summarize_round(5, n, 1, records, 1.0))
+    level = summarize_level(rounds)
+    assert level.ttft_s["p50"] == pytest.approx(0.1)
+    assert level.ttft_s["p99"] is not None and level.ttft_s["p99"] > 1.0
+    assert statistics.median(r.ttft_s["p99"] or 0 for r in rounds) == pytest.approx(0.1)
+    # rounds stored before they kept their requests: the median over the rounds, as then
+    old = summarize_level([replace(r, rows=()) for r in rounds])
+    assert old.ttft_s["p99"] == pytest.approx(0.1)
 
 
 def test_a_round_with_a_failed_request_has_errors_and_no_throughput() -> None:

@@ -159,8 +159,9 @@ def test_a_round_whose_requests_fail_is_an_error_never_a_number(
     two_prompt_project: pytest.Pytester,
 ) -> None:
     """Requests cut off by a request timeout far below a 64-token decode on any CPU: the
-    round records the errors and no throughput, the level's test fails, its verdict cannot be
-    made, and the baseline refuses the session."""
+    round records the errors and no throughput, each client stops at its failed request, the
+    level stops after the round, its test fails, its verdict cannot be made, and the baseline
+    refuses the session."""
     project = two_prompt_project
     configs = project.makefile(".toml", load=CONFIGS)
     out = project.path / "r.json"
@@ -174,14 +175,15 @@ def test_a_round_whose_requests_fail_is_an_error_never_a_number(
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines([
         "*round 1: client * request timed out after 0 s*",
-        "*np2: NOT UPDATED: np2: not added to the baseline: 0 failed run(s) and 2 failed load "
+        "*round 1: the level stopped here: its 1 later round(s) were not run*",
+        "*np2: NOT UPDATED: np2: not added to the baseline: 0 failed run(s) and 1 failed load "
         "round(s)*",
     ])  # fmt: skip
-    rounds = _results(out)["configs"][0]["extra"]["load"]
-    assert len(rounds) == 2  # --specdec-no-warmup: no warm-up round either
-    assert all(r["output_tok_per_s"] is None and r["failed"] == 4 for r in rounds)
-    rows = [dict(zip(r["row_fields"], row, strict=True)) for r in rounds for row in r["rows"]]
-    assert len(rows) == 8 and all("timed out" in x["error"] for x in rows)
+    (only,) = _results(out)["configs"][0]["extra"]["load"]  # no warm-up, no round 2
+    assert only["output_tok_per_s"] is None and only["requests"] == only["failed"] == 2
+    rows = [dict(zip(only["row_fields"], row, strict=True)) for row in only["rows"]]
+    assert sorted(x["client"] for x in rows) == [0, 1]  # one request a client, then it stopped
+    assert all("timed out" in x["error"] for x in rows)
     assert not (project.path / "bl").exists() or not list((project.path / "bl").rglob("*.json"))
 
 

@@ -203,6 +203,8 @@ class Steps:
             rec.error = str(exc)
         except asyncio.TimeoutError:
             rec.error = f"request timed out after {self.settings.request_timeout_s:.0f} s"
+        except Exception as exc:  # a response the adapter could not read, a dropped socket
+            rec.error = f"{type(exc).__name__}: {exc}"
         return rec
 
     async def _one(

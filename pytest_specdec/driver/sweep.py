@@ -24,9 +24,9 @@ from pytest_specdec.engines.base import fetch_metrics
 from pytest_specdec.engines.launch import EngineProcess, group_members
 from pytest_specdec.gpu.monitor import telemetry_dict
 from pytest_specdec.gpu.telemetry import RunTelemetry
+from pytest_specdec.measure.gauges import GaugeWatch, watch_gauges
 from pytest_specdec.measure.host import host_facts, snapshot
 from pytest_specdec.measure.levels import (
-    GaugeWatch,
     LevelSummary,
     LoadLimits,
     RoundResult,
@@ -34,7 +34,6 @@ from pytest_specdec.measure.levels import (
     run_round,
     summarize_level,
     summarize_round,
-    watch_gauges,
 )
 from pytest_specdec.measure.quiet import collector_held
 
@@ -56,9 +55,12 @@ class SweepSteps(Steps):
         if self.settings.warmup:
             self._round(server, clients, 0, seen, warmup=True)
         budget = self.gpu_monitor.settings.policy.max_reruns if self.gpu_monitor else 0
-        results = [
-            self._round(server, clients, n, seen) for n in range(1, self.settings.rounds + 1)
-        ]
+        results: list[RoundResult] = []
+        for n in range(1, self.settings.rounds + 1):
+            results.append(self._round(server, clients, n, seen))
+            if results[-1].errors and n < self.settings.rounds:
+                _stopped_after(server, self.settings.rounds - n)
+                break  # the level has failed: a hung engine would hold every round
         while budget > 0 and sum(1 for r in results if r.ok) < self.settings.rounds:
             if not any(r.invalid for r in results):
                 break  # failed requests are errors, never rerun away
@@ -91,6 +93,16 @@ class SweepSteps(Steps):
         req = self.request_spec(prompt, server.model_name, round_no, server.texts)
         rec.max_tokens = req.max_tokens
         await self.send(server, req, rec)
+        short = rec.error is None and (rec.output_tokens or 0) < req.max_tokens
+        if short and req.ignore_eos:  # a round measures fixed-length requests
+            rec.error = (
+                f"decoded {rec.output_tokens or 0} of {req.max_tokens} tokens with ignore_eos "
+                f"(finish_reason {rec.finish_reason}): the engine ended it early, e.g. at a "
+                "full context; give each of its slots more context, or lower "
+                "--specdec-max-tokens"
+            )
+        elif short:
+            rec.extra["short"] = True  # ended at EOS: the level's note counts these
         return finalize_timings(rec)
 
     def _round(
@@ -135,6 +147,9 @@ class SweepSteps(Steps):
                 records, wall, counted, watch = self.loop.run(measured())
             host = host_facts(host_before, snapshot(pids, client=os.getpid()))
         facts = {**watch.facts(), **self._log_facts(server, offset), **timed}
+        short = sum(1 for r in records if r.extra.get("short"))
+        if short:  # requests that ended at EOS before max_tokens (no ignore_eos)
+            facts["short_requests"] = short
         if host:  # the host's CPU over the round: steal, and the engine's processes
             facts["host"] = host
         if facts.get("max_queued") is None and facts.get("log_max_queued") is not None:
@@ -198,6 +213,13 @@ def counter_facts(
         if found:
             out[key] = found
     return out
+
+
+def _stopped_after(server: Server, left: int) -> None:
+    """Say on the last recorded round that the level stopped there, ``left`` rounds unrun."""
+    last = server.record.extra["load"][-1]
+    last["errors"] = [*last["errors"], f"the level stopped here: its {left} later round(s) "
+                      "were not run (a failed round fails the level)"]  # fmt: skip
 
 
 def _engine_pids(server: Server) -> list[int]:

@@ -213,6 +213,10 @@ class Http1Transport(httpx.AsyncBaseTransport):
                 raise httpx.WriteTimeout(
                     f"request not sent within {timeouts.get('write')} s", request=request
                 ) from exc
+            except OSError as exc:  # the server closed or reset the connection mid-send
+                raise httpx.WriteError(
+                    f"request not sent to {host}:{port}: {exc.strerror or exc}", request=request
+                ) from exc
             return await _response(request, reader, writer, timeouts.get("read"))
         except BaseException:
             await _close(writer)

@@ -62,83 +62,34 @@ def client_order(client: int, prompts: int) -> list[int]:
 
 async def run_round(clients: int, prompts: int, send: Send) -> tuple[list[RunRecord], float]:
     """One round: ``clients`` closed loops, each over every prompt once; returns the records
-    (in client, then send order) and the round's wall time in seconds."""
+    (in client, then send order) and the round's wall time in seconds.
+
+    A client whose request failed sends no more in the round: the round has no throughput
+    once one request failed, and an engine that hangs would otherwise hold every client for
+    a timeout per prompt. Should ``send`` raise, the other clients are cancelled before the
+    error goes on, so none keeps loading the engine after the round."""
     if clients < 1 or prompts < 1:
         raise ValueError(f"a round needs clients >= 1 and prompts >= 1, got {clients}, {prompts}")
 
     async def loop(client: int) -> list[RunRecord]:
-        return [await send(client, index) for index in client_order(client, prompts)]
+        sent = []
+        for index in client_order(client, prompts):
+            sent.append(await send(client, index))
+            if sent[-1].error is not None:
+                break
+        return sent
 
     start = time.perf_counter_ns()
-    done = await asyncio.gather(*(loop(c) for c in range(clients)))
+    tasks = [asyncio.ensure_future(loop(c)) for c in range(clients)]
+    try:
+        done = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     wall = (time.perf_counter_ns() - start) / 1e9
     return [rec for records in done for rec in records], wall
-
-
-@dataclass
-class GaugeWatch:
-    """The largest running and queued request counts the engine reported during a round
-    (None: the engine exposes no such gauge)."""
-
-    samples: int = 0
-    max_running: float | None = None
-    max_queued: float | None = None
-    reads: int = 0  # reads tried, failed ones too
-    read_s_max: float = 0.0  # the longest read (seconds): the engine answered that late
-    read_s_total: float = 0.0
-
-    def add(self, gauges: Mapping[str, float | None]) -> None:
-        self.samples += 1
-        for key, attr in (("running", "max_running"), ("queued", "max_queued")):
-            value = gauges.get(key)
-            if value is not None:
-                now = getattr(self, attr)
-                setattr(self, attr, value if now is None else max(now, value))
-
-    def took(self, seconds: float) -> None:
-        """One read tried (failed ones too), and how long the engine took to answer it."""
-        self.reads += 1
-        self.read_s_total += seconds
-        self.read_s_max = max(self.read_s_max, seconds)
-
-    def facts(self) -> dict[str, Any]:
-        """What a round keeps of it: the gauges' peaks, and how long the engine took to answer
-        the reads (where any was made)."""
-        out: dict[str, Any] = {"gauge_samples": self.samples, "max_running": self.max_running,
-                               "max_queued": self.max_queued}  # fmt: skip
-        if self.reads:
-            out.update(gauge_reads=self.reads, gauge_read_max_s=self.read_s_max,
-                       gauge_read_s=self.read_s_total)  # fmt: skip
-        return out
-
-
-async def watch_gauges(
-    read: Callable[[], Awaitable[Mapping[str, float | None] | None]],
-    watch: GaugeWatch,
-    every_s: float,
-    stop: asyncio.Event,
-) -> None:
-    """Poll ``read`` every ``every_s`` seconds until ``stop`` is set, the first read one interval
-    in (a failed read is skipped: the gauges are evidence about the engine, not a measurement).
-
-    A read can delay the requests it meets: SGLang serves ``/metrics`` from its HTTP server's
-    event loop, gathering every process's metrics synchronously, so requests that arrive or
-    stream meanwhile wait. So no read meets a round's first requests, and each read's time is
-    kept (``reads``, ``read_s_max``, ``read_s_total``)."""
-    while True:
-        try:
-            await asyncio.wait_for(stop.wait(), every_s)
-            return
-        except asyncio.TimeoutError:
-            pass
-        start = time.perf_counter()
-        try:
-            found = await read()
-        except Exception:
-            found = None
-        watch.took(time.perf_counter() - start)
-        if found:
-            watch.add(found)
 
 
 @dataclass(frozen=True)
@@ -238,8 +189,8 @@ class LevelSummary:
     failed_rounds: int
     output_tok_per_s: float | None  # geometric mean over the rounds
     ci_half: float | None  # 95% t half-width, as a fraction of the geometric mean
-    decode_tok_per_s: Mapping[str, float | None]  # medians over rounds of p50 and p99
-    ttft_s: Mapping[str, float | None]
+    decode_tok_per_s: Mapping[str, float | None]  # p50 and (slow) p99 over every request
+    ttft_s: Mapping[str, float | None]  # p50 and p99 over every request of the good rounds
     accept_length: float | None
     wall_s: float
     max_running: float | None
@@ -272,11 +223,13 @@ def summarize_level(rounds: Sequence[RoundResult]) -> LevelSummary:
         return max(values) if values else None
 
     accepts = [r.accept_length for r in good if r.accept_length is not None]
+    ttft, decode = _pooled(good) or (
+        _medians([r.ttft_s for r in good]),
+        _medians([r.decode_tok_per_s for r in good]),
+    )
     return LevelSummary(
         clients=rounds[0].clients, rounds=len(good), failed_rounds=len(rounds) - len(good),
-        output_tok_per_s=geo, ci_half=half,
-        decode_tok_per_s=_medians([r.decode_tok_per_s for r in good]),
-        ttft_s=_medians([r.ttft_s for r in good]),
+        output_tok_per_s=geo, ci_half=half, decode_tok_per_s=decode, ttft_s=ttft,
         accept_length=statistics.fmean(accepts) if accepts else None,
         wall_s=sum(r.wall_s for r in rounds),
         max_running=most("max_running"), max_queued=most("max_queued"),
@@ -295,8 +248,24 @@ def _total(rounds: Sequence[RoundResult], key: str) -> int:
     return int(sum(float(r.engine.get(key) or 0) for r in rounds))
 
 
+def _pooled(
+    good: Sequence[RoundResult],
+) -> tuple[dict[str, float | None], dict[str, float | None]] | None:
+    """TTFT and decode tok/s (1 / TPOT) percentiles over every request of the ``good`` rounds
+    together, so that a stall in one round shows in the level's p99; None where a round keeps
+    no rows (results written before rounds kept them)."""
+    if not good or any(not r.rows for r in good):
+        return None
+    rows = [row for r in good for row in r.rows]
+    at_ttft, at_tpot = ROW_FIELDS.index("ttft_s"), ROW_FIELDS.index("tpot_s")
+    ttft = percentiles([float(row[at_ttft]) for row in rows if row[at_ttft] is not None])
+    tpot = percentiles([float(row[at_tpot]) for row in rows if row[at_tpot]])
+    return ttft, {k: (1.0 / v if v else None) for k, v in tpot.items()}
+
+
 def _medians(cells: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
-    """Per percentile (p50, p99), the median over the rounds that have it."""
+    """Per percentile (p50, p99), the median over the rounds that have it (results whose
+    rounds keep no rows)."""
     out: dict[str, float | None] = {}
     for key in ("p50", "p99"):
         values = [v for c in cells if (v := c.get(key)) is not None]

@@ -127,7 +127,24 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
         reads = gauge_read_summary(rounds)
         if reads:
             out.append(f"{name} at {lv.clients} clients: {reads}")
+        short = short_note(rounds)
+        if short:
+            out.append(f"{name} at {lv.clients} clients: {short}")
     return out
+
+
+def short_note(rounds: Sequence[RoundResult]) -> str | None:
+    """How many of the measured rounds' requests ended at EOS before ``max_tokens`` (a run
+    without ``ignore_eos``): such rounds did unequal work, so their throughput is not the
+    engine's alone. None where none did."""
+    measured = [r for r in rounds if not r.warmup]
+    short = sum(int(r.engine.get("short_requests") or 0) for r in measured)
+    if not short:
+        return None
+    total = sum(r.requests for r in measured)
+    return (f"{short} of {total} requests ended at EOS before max_tokens, so the rounds did "
+            "unequal work; --specdec-ignore-eos (or [suite] ignore_eos = true) decodes every "
+            "request in full")  # fmt: skip
 
 
 def step_text(rounds: Sequence[RoundResult]) -> str:
