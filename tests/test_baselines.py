@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -214,24 +215,107 @@ def test_engine_version_is_tracked_not_refused(tmp_path: Path) -> None:
     ("content", "message"),
     [
         ("{not json", "is not valid JSON"),
-        ('{"schema": 99, "key": {}, "sessions": []}', "schema 99 is not 1"),
+        ('{"schema": 99, "key": {}, "sessions": []}',
+         r"schema 99 is not 1 \(left untouched\): written by a newer pytest-specdec: upgrade it$"),
+        ('{"schema": 0, "key": {}, "sessions": []}',
+         "schema 0 is not 1 .*: move the file aside to start a new history$"),
         ('{"schema": 1, "key": {}, "sessions": [{"prompts": {"a": {"n": 1}}}]}', "lacks mean_log"),
         ("[]", "expected a JSON object"),
+        ('{"schema": 1, "key": {}, "sessions": [{"prompts": {}, "suite": {"n": 3, '
+         '"mean_log": 4.6}}]}', r"sessions\[0\]\.suite lacks sd_log, runs .*restore the file"),
+        ('{"schema": 1, "key": {}, "sessions": [{"prompts": {}, "suite": "4.6"}]}',
+         r"sessions\[0\]\.suite lacks n, mean_log, sd_log, runs \(got '4\.6'\)"),
+        ('{"schema": 1, "key": {}, "sessions": []}'.encode("utf-16"),
+         "is not UTF-8 text .*left untouched: restore it"),
     ],
-)
+)  # fmt: skip
 def test_corrupt_baseline_is_an_error_and_left_untouched(
-    tmp_path: Path, content: str, message: str
+    tmp_path: Path, content: str | bytes, message: str
 ) -> None:
+    """A damaged baseline (bad JSON, not UTF-8, another schema, a damaged cell) is refused,
+    naming the file and how to fix it, and is never overwritten. The advice for another schema
+    never sends the file back through the update that refuses it."""
     doc = results_doc({"base": {"code": 100, "prose": 80}})
     path = baseline_path(tmp_path, key_for(doc, doc["configs"][0]))
     path.parent.mkdir(parents=True)
-    path.write_text(content)
+    data = content if isinstance(content, bytes) else content.encode()
+    path.write_bytes(data)
     with pytest.raises(BaselineError, match=message) as info:
         judge_baseline(doc, doc["configs"][0], tmp_path, POLICY)
-    assert str(path) in str(info.value)
+    assert str(path) in str(info.value) and "--specdec-update-baselines" not in str(info.value)
     with pytest.raises(BaselineError):
         update_baseline(doc, doc["configs"][0], tmp_path)
-    assert path.read_text() == content
+    assert path.read_bytes() == data
+
+
+def test_sessions_started_in_the_same_second_are_both_kept_and_a_rerun_is_not(
+    tmp_path: Path,
+) -> None:
+    """Two jobs that start the same config in the same second are two sessions: the first keeps
+    the id a results file gives again (start, config, session number: what history and the
+    dashboard match), the second one with its host and measured values too. Storing either
+    results file again keeps one of each."""
+    jobs = [results_doc({"base": {"code": 100 * f, "prose": 80 * f}}, seed=i)
+            for i, f in enumerate((1.0, 0.8))]  # fmt: skip
+    for i, doc in enumerate(jobs):
+        doc["host"]["hostname"] = f"runner-{i}"
+    lines = [update_baseline(doc, doc["configs"][0], tmp_path) for doc in jobs]
+    assert "0 → 1 sessions" in lines[0] and "1 → 2 sessions" in lines[1]
+    path = baseline_path(tmp_path, key_for(jobs[0], jobs[0]["configs"][0]))
+    stored = json.loads(path.read_text())
+    assert [s["host"] for s in stored["sessions"]] == ["runner-0", "runner-1"]
+    plain = hashlib.sha256(f"{jobs[0]['started_at']}|base|1".encode()).hexdigest()[:12]
+    assert stored["sessions"][0]["id"] == plain != stored["sessions"][1]["id"]
+    for doc in jobs:
+        assert "2 → 2 sessions" in update_baseline(doc, doc["configs"][0], tmp_path)
+    third = results_doc({"base": {"code": 90, "prose": 70}}, seed=7)  # the same plain id
+    assert "2 → 3 sessions" in update_baseline(third, third["configs"][0], tmp_path)
+    assert "3 → 3 sessions" in update_baseline(third, third["configs"][0], tmp_path)
+
+
+def test_configs_whose_names_share_a_file_name_are_refused_never_merged(tmp_path: Path) -> None:
+    """``draft_d4`` and ``draft.d4`` (or two names of no ASCII letter) share a file name, which
+    every stored baseline keeps as it always had. The second config to store is refused,
+    naming both, forced or not: one history never holds two configs' sessions."""
+    for pair in (("draft_d4", "draft.d4"), ("ドラフト", "草稿")):
+        doc = results_doc({n: {"code": 100, "prose": 80} for n in pair})
+        first, second = doc["configs"]
+        assert "0 → 1 sessions" in update_baseline(doc, first, tmp_path)
+        path = baseline_path(tmp_path, key_for(doc, first))
+        assert path == baseline_path(tmp_path, key_for(doc, second))
+        before = path.read_bytes()
+        said = (
+            rf"holds config {pair[0]!r}, and config {pair[1]!r} has the same file name .*: rename"
+        )
+        for forced in (False, True):
+            with pytest.raises(BaselineError, match=said):
+                update_baseline(doc, second, tmp_path, allow_mismatch=forced)
+        assert path.read_bytes() == before
+    doc = results_doc({"draft-d16": {"code": 100, "prose": 80}})
+    path = baseline_path(tmp_path, key_for(doc, doc["configs"][0]))
+    assert path == tmp_path / "cpu-test-cpu-x2" / "llamacpp" / "draft-d16--m-gguf.json"
+
+
+def test_a_forced_session_keeps_the_files_key_and_records_its_own(tmp_path: Path) -> None:
+    """--specdec-allow-mismatch appends a session measured under another key without
+    relabelling the history: the file keeps its key, the session records its own key and the
+    mismatch, and the next night on the original setup is not refused."""
+    doc = results_doc({"base": {"code": 100, "prose": 80}})
+    update_baseline(doc, doc["configs"][0], tmp_path)
+    path = baseline_path(tmp_path, key_for(doc, doc["configs"][0]))
+    original = load_baseline(path).key  # type: ignore[union-attr]
+    other = results_doc({"base": {"code": 100, "prose": 80}}, config_sha="changed", seed=1)
+    with pytest.raises(BaselineError, match="has another key"):
+        update_baseline(other, other["configs"][0], tmp_path)
+    update_baseline(other, other["configs"][0], tmp_path, allow_mismatch=True)
+    stored = load_baseline(path)
+    assert stored is not None and stored.key == original and len(stored.sessions) == 2
+    assert stored.sessions[1]["forced"] == {
+        "key": key_for(other, other["configs"][0]),
+        "mismatch": ["config_sha256: 'abc' → 'changed'"],
+    }
+    night = results_doc({"base": {"code": 100, "prose": 80}}, seed=2, started="n2")
+    assert "2 → 3 sessions" in update_baseline(night, night["configs"][0], tmp_path)
 
 
 def test_failed_runs_never_enter_a_baseline(tmp_path: Path) -> None:

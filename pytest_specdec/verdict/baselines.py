@@ -228,15 +228,23 @@ class Baseline:
         }
 
 
+def _lacks(cell: Any) -> list[str]:
+    """The fields a stored summary cell lacks (all of them where it is not an object)."""
+    return [f for f in ("n", "mean_log", "sd_log", "runs")
+            if not isinstance(cell, dict) or f not in cell]  # fmt: skip
+
+
 def _check_document(data: Any, path: Path) -> Baseline:
     if not isinstance(data, dict):
         raise BaselineError(f"baseline {path}: expected a JSON object, got {type(data).__name__}")
     schema = data.get("schema")
     if schema != BASELINE_SCHEMA:
+        newer = isinstance(schema, int) and schema > BASELINE_SCHEMA
         raise BaselineError(
-            f"baseline {path}: schema {schema!r} is not {BASELINE_SCHEMA}; "
-            "regenerate it with --specdec-update-baselines or upgrade pytest-specdec"
-        )
+            f"baseline {path}: schema {schema!r} is not {BASELINE_SCHEMA} (left untouched): "
+            + ("written by a newer pytest-specdec: upgrade it" if newer
+               else "an older or unknown schema: move the file aside to start a new history")
+        )  # fmt: skip
     key, sessions = data.get("key"), data.get("sessions")
     if not isinstance(key, dict) or not isinstance(sessions, list):
         raise BaselineError(f"baseline {path}: 'key' must be an object and 'sessions' a list")
@@ -245,15 +253,16 @@ def _check_document(data: Any, path: Path) -> Baseline:
         if not isinstance(prompts, dict):
             raise BaselineError(f"baseline {path}: sessions[{i}].prompts must be an object")
         for name, cell in prompts.items():
-            missing = [
-                f
-                for f in ("n", "mean_log", "sd_log", "runs")
-                if not isinstance(cell, dict) or f not in cell
-            ]
-            if missing:
+            if missing := _lacks(cell):
                 raise BaselineError(
                     f"baseline {path}: sessions[{i}].prompts.{name} lacks {', '.join(missing)}"
                 )
+        suite = session.get("suite")
+        if suite is not None and (missing := _lacks(suite)):
+            raise BaselineError(
+                f"baseline {path}: sessions[{i}].suite lacks {', '.join(missing)} (got "
+                f"{suite!r}); restore the file from version control or remove that session"
+            )
         _check_levels(session.get("levels"), f"baseline {path}: sessions[{i}]")
     return Baseline(path, key, sessions)
 
@@ -267,9 +276,7 @@ def _check_levels(levels: Any, where: str) -> None:
     for name, cell in levels.items():
         if not str(name).isdigit():
             raise BaselineError(f"{where}.levels: {name!r} is not a client count")
-        missing = [f for f in ("n", "mean_log", "sd_log", "runs")
-                   if not isinstance(cell, dict) or f not in cell]  # fmt: skip
-        if missing:
+        if missing := _lacks(cell):
             raise BaselineError(f"{where}.levels.{name} lacks {', '.join(missing)}")
         phases = cell.get("phase_s")
         if phases is not None and not (
@@ -286,16 +293,17 @@ def _check_levels(levels: Any, where: str) -> None:
 def load_baseline(path: Path) -> Baseline | None:
     """The baseline at ``path``; None if there is none; BaselineError if it is unusable."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise BaselineError(f"baseline {path} cannot be read: {exc}") from exc
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        what = "UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "valid JSON"
         raise BaselineError(
-            f"baseline {path} is not valid JSON ({exc}); it was left untouched: restore it from "
+            f"baseline {path} is not {what} ({exc}); it was left untouched: restore it from "
             "version control or delete it to start a new history"
         ) from exc
     return _check_document(data, path)
@@ -369,32 +377,69 @@ def session_entry(
             "sd_log": suite.sd_log,
             "runs": list(suite_runs),
         },
-        "id": hashlib.sha256(
-            f"{results.get('started_at')}|{config.get('name')}|{session}".encode()
-        ).hexdigest()[:12],
     }
     if level_cells:  # sessions without load levels keep the shape they always had
         entry["levels"] = dict(level_cells)
+    entry["id"] = _session_id(entry, config.get("name"))
     return entry
+
+
+def _measured(entry: Mapping[str, Any]) -> str:
+    """A digest of a session entry's measured values: the runs of its prompts, suite score and
+    load levels (what two sessions, even started in the same second, never share)."""
+    parts = [entry.get("prompts") or {}, entry.get("levels") or {}, {"": entry.get("suite") or {}}]
+    runs = [{str(k): c.get("runs") for k, c in part.items()} for part in parts]
+    return hashlib.sha256(json.dumps(runs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _session_id(entry: Mapping[str, Any], config: Any, *, distinct: bool = False) -> str:
+    """A session's id: its start, config and session number (what a results file read again
+    gives again, so history and the dashboard find its stored sessions); ``distinct``: with its
+    host and measured values too, for a session whose plain id another already holds (two jobs
+    started in the same second)."""
+    parts = [entry.get("started_at"), config, entry.get("session")]
+    if distinct:
+        parts += [entry.get("host"), _measured(entry)[:12]]
+    return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:12]
+
+
+def _already_stored(sessions: list[dict[str, Any]], entry: Mapping[str, Any], config: Any) -> bool:
+    """Whether ``entry`` is among ``sessions``: one of its ids with the same measured values."""
+    ids = {entry.get("id"), _session_id(entry, config, distinct=True)}
+    measured = _measured(entry)
+    return any(s.get("id") in ids and _measured(s) == measured for s in sessions)
 
 
 def append_session(
     path: Path, key: Mapping[str, Any], entry: Mapping[str, Any], *, allow_mismatch: bool = False
 ) -> Baseline:
-    """Append one session under the lock; refuse on a key mismatch unless forced."""
+    """Append one session under the lock; refuse on a key mismatch unless forced. A forced
+    session records its own key and the mismatch; the file keeps the key its history has."""
+    record = dict(entry)
     with locked(path):
         current = load_baseline(path)
         if current is not None:
             diff = key_mismatch(current.key, key)
+            if current.key.get("config") != key.get("config"):  # never one history of two
+                raise BaselineError(
+                    f"baseline {path} holds config {current.key.get('config')!r}, and config "
+                    f"{key.get('config')!r} has the same file name (names that differ only in "
+                    "case or outside letters and digits share one): rename one of the two"
+                )
             if diff and not allow_mismatch:
                 raise BaselineError(
-                    f"baseline {path} has another key: {'; '.join(diff)}; "
-                    "pass --specdec-allow-mismatch to append anyway"
+                    f"baseline {path} has another key: {'; '.join(diff)}; move the file aside "
+                    "to start a history of the new key, or pass --specdec-allow-mismatch to "
+                    "append anyway (the file keeps its key, the session records its own)"
                 )
-            if any(s.get("id") == entry.get("id") for s in current.sessions):
+            if _already_stored(current.sessions, entry, key.get("config")):
                 return current  # the same session twice (e.g. a rerun of update): keep one
-        sessions = [*(current.sessions if current else []), dict(entry)]
-        updated = Baseline(path, dict(key), sessions)
+            if any(s.get("id") == entry.get("id") for s in current.sessions):
+                record["id"] = _session_id(entry, key.get("config"), distinct=True)
+            if diff:
+                record["forced"] = {"key": dict(key), "mismatch": diff}
+        sessions = [*(current.sessions if current else []), record]
+        updated = Baseline(path, current.key if current else dict(key), sessions)
         try:
             atomic_write_json(path, updated.to_dict())
         except OSError as exc:
