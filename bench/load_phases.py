@@ -41,7 +41,7 @@ from pytest_specdec.measure.levels import (
     phase_means,
     rounds_of,
 )
-from pytest_specdec.verdict.load import HOST_PACED_PHASES, gpu_work_s
+from pytest_specdec.verdict.work import HOST_PACED_PHASES, gpu_work_s
 from pytest_specdec.verdict.machines import machine_of
 from pytest_specdec.verdict.planning import history_mde
 from pytest_specdec.verdict.stats import SessionSummary

@@ -241,7 +241,7 @@ def check_load(
             record(prop, value)
     fail_on = runner.settings.fail_on
     found = gating(judgement, fail_on, runner.settings.provisional_gates, load=True)
-    found += crossover_failures([judgement], fail_on)
+    found += crossover_failures([judgement], fail_on, runner.settings.provisional_gates)
     if found:
         pytest.fail("\n".join(found + load.notes), pytrace=False)
     if load.status == NO_BASELINE and load.crossover is None:

@@ -40,7 +40,7 @@ from pytest_specdec.report.export import load_properties
 from pytest_specdec.report.load import _engine_cell, verdict_rows
 from pytest_specdec.verdict.baselines import BaselineError, _check_document
 from pytest_specdec.verdict.crossover import crossover_of, first_fall
-from pytest_specdec.verdict.gate import failing
+from pytest_specdec.verdict.gate import crossover_failures, failing, not_gating
 from pytest_specdec.verdict.judge import Judgement, judge_baseline, judge_reference
 from pytest_specdec.verdict.load import (
     JUDGED,
@@ -269,9 +269,35 @@ def test_first_fall_interpolates_in_log_clients() -> None:
     t = math.log(1.2) / (math.log(1.2) - math.log(0.9))
     assert at == pytest.approx(math.exp(math.log(4) + t * (math.log(16) - math.log(4))))
     assert first_fall(xs, [0.1, 0.2, 0.1, 0.05]) == ("above", None)
-    assert first_fall(xs, [-0.1, 0.2, 0.1, 0.05]) == ("below", None)
+    assert first_fall(xs, [-0.1, -0.2, -0.1, 0.0]) == ("below", None)  # no level above 1
+    # a curve even or under 1 at its first level that pays further up is not "below": its
+    # fall is looked for after the first level above 1
+    assert first_fall(xs, [-0.1, 0.2, 0.1, 0.05]) == ("above", None)
+    where, at = first_fall(xs, [-0.005, 0.2, 0.1, -0.1])
+    assert where == "at" and at is not None and 16 < at < 64
+    assert first_fall(xs, [-0.005, 0.2, 0.1, -0.1], from_start=True) == ("below", None)
     with pytest.raises(ValueError, match="as many levels"):
         first_fall(xs, [0.1])
+
+
+def test_the_crossover_headline_follows_the_levels_states() -> None:
+    """A noisy first level (0.995x, CI holding 1) no longer hides the curve; a curve whose
+    levels are all above 1 with CIs holding 1 is "above 1", not "pays"."""
+    hidden = crossover_of("b", [_level(1, 0.995, 0.05), _level(4, 1.3), _level(16, 1.2),
+                                _level(64, 0.8)])  # fmt: skip
+    assert hidden is not None and hidden.where == "at"
+    assert hidden.text.startswith("stops paying at about ")
+    even = crossover_of("b", [_level(c, 1.02, 0.03) for c in (1, 4)])
+    assert (
+        even is not None and even.where == "above" and all(p.state == "even" for p in even.points)
+    )
+    assert even.text.startswith("above 1 at every level measured (1 to 4 clients)")
+    paying = crossover_of("b", [_level(c, 1.3) for c in (1, 4)])
+    assert paying is not None and paying.text.startswith("pays at every level measured")
+    later = crossover_of("b", [_level(1, 0.97), _level(4, 1.3), _level(16, 1.2)])
+    assert later is not None and later.text.startswith(
+        "above 1 from 4 clients to the last level measured (16)"
+    )
 
 
 def _level(clients: int, ratio: float, half: float = 0.02) -> LevelJudgement:
@@ -444,6 +470,27 @@ def test_a_slower_level_is_put_on_the_host_when_the_gpus_own_work_stayed(tmp_pat
     assert "the host's pace, not the kernels" in host.message
     untimed = judge_load_history(_config("spec", {16: _noisy(9, 90.0)}), baseline, POLICY)
     assert untimed.levels[16].cause == "kernel"  # no phase timed tonight: the accept length's
+    # GPU work in a phase the stored rounds never timed counts as new work (0 s before them),
+    # not as the host's: the kernels, as the level's GPU-work verdict says
+    added = tonight({"extend": 0.10, "target_verify": 0.60, "eagle_draft": 0.20,
+                     "draft_extend": 0.11})  # fmt: skip
+    assert added.cause == "kernel" and "moved +0.110 s of the round's +0.1" in str(added.cause_text)
+    assert "draft_extend new (0.000 -> 0.110 s)" in added.message
+    assert added.work is not None and added.work.ratio == pytest.approx(0.8 / 0.91)  # its rate
+
+
+def test_a_gpu_work_verdict_on_a_short_history_says_it_is_provisional_in_its_text() -> None:
+    """Three stored sessions (fewer than a final verdict's five): the GPU-work verdict is
+    provisional, and its explanation, which the gate reports as it stands, says so."""
+    from pytest_specdec.measure.levels import rounds_of
+    from pytest_specdec.verdict.work import work_verdict
+
+    timed = _timed(_config("spec", {16: [100.0] * 3}), {16: {"target_verify": 0.8}})
+    rounds = rounds_of(timed, 16)
+    cells = [{"phase_s": {"target_verify": w}} for w in (0.60, 0.61, 0.59)]
+    verdict = work_verdict(rounds, cells, POLICY)
+    assert verdict is not None and verdict.provisional and verdict.outcome == Outcome.REGRESSED
+    assert verdict.explanation.startswith("REGRESSED (provisional): ")
 
 
 def test_the_gpus_own_work_is_judged_at_each_level_with_the_sessions_as_the_unit(
@@ -518,6 +565,9 @@ def test_ab_per_level_gives_the_speedup_curve_and_its_crossover() -> None:
     assert "one server session per side" in judged.notes[0]
     doc = _results(plain, spec)
     assert plain_config(doc, spec) is plain and plain_config(doc, plain) is None
+    unmeasured = {**plain, "extra": {}}  # the reference measured no level: it says so
+    judged = judge_load_reference(spec, unmeasured, POLICY)
+    assert judged.message == "the reference baseline measured no load level to judge against"
 
 
 def test_a_level_stopped_early_is_judged_against_the_plain_sessions_beside_its_own() -> None:
@@ -560,6 +610,25 @@ def test_the_lost_crossover_gate_needs_a_decided_loss_where_the_baseline_paid() 
     assert line.startswith("speculation no longer pays at 16 clients: 0.8")
     judged.crossover = crossover_of("b", [_level(1, 1.3), _level(16, 1.0, 0.05)])
     assert judged.paying_lost() == []  # undecided tonight: reported, never failed
+
+
+def test_a_lost_crossover_on_one_session_a_side_gates_only_where_provisional_verdicts_do() -> None:
+    """Tonight's curve from one session a side (pooled rounds, provisional) loses at 16 clients
+    where the baseline paid: with --specdec-provisional report it is reported, not failed, as
+    the provisional level verdicts of the same rounds are."""
+    loses = _level(16, 0.85)
+    assert loses.verdict is not None
+    one_side = replace(loses, verdict=replace(loses.verdict, provisional=True))
+    tonight = crossover_of("b", [_level(1, 1.3), one_side])
+    stored = crossover_of("b", [_level(1, 1.3), _level(16, 1.2)])
+    load = LoadJudgement(JUDGED, "", "x", crossover=tonight, baseline_crossover=stored)
+    judged = Judgement("spec", "judged", "", "x", load=load)
+    (line,) = crossover_failures([judged], ["crossover"])
+    assert line.endswith("(provisional: one session a side)")
+    assert crossover_failures([judged], ["crossover"], provisional_gates=False) == []
+    assert not_gating([judged], ["crossover"]) == [
+        f"{line} — reported, not gating (--specdec-provisional report)"
+    ]
 
 
 # --- baselines, configs, suite file, options ------------------------------------------------

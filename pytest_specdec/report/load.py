@@ -25,7 +25,7 @@ from pytest_specdec.measure.levels import (
     rounds_of,
     summarize_level,
 )
-from pytest_specdec.verdict.load import gpu_work_s
+from pytest_specdec.verdict.work import gpu_work_s
 
 LEVEL_HEADER = ["clients", "rounds", "out tok/s ±95%", "decode p50/p99", "TTFT p50/p99 ms",
                 "accept", "engine", "s"]  # fmt: skip

@@ -31,6 +31,7 @@ class CurvePoint:
     ratio: float
     ci_low: float
     ci_high: float
+    provisional: bool = False  # its verdict was provisional (one session a side, pooled rounds)
 
     @property
     def state(self) -> str:
@@ -42,15 +43,21 @@ class CurvePoint:
         return "even"
 
 
-def first_fall(xs: Sequence[float], ys: Sequence[float]) -> tuple[str, float | None]:
+def first_fall(
+    xs: Sequence[float], ys: Sequence[float], from_start: bool = False
+) -> tuple[str, float | None]:
     """Where ``ys`` (log speedups, one per level ``xs``) first falls from above 0 to 0 or
-    below: ``("at", clients)`` interpolated in log(clients); ``("below", None)`` when it is at
-    or below 0 at the first level; ``("above", None)`` when it never falls."""
+    below, after its first level above 0: ``("at", clients)`` interpolated in log(clients);
+    ``("below", None)`` when no level is above 0; ``("above", None)`` when it never falls
+    after one is (a curve that starts at or below 0 and pays further up is not "below").
+    ``from_start``: "below" already when the first level is at or below 0 (the band's lower
+    bound: the first level where paying is not certain)."""
     if not xs or len(xs) != len(ys):
         raise ValueError(f"first_fall: need as many levels as values, got {len(xs)}, {len(ys)}")
-    if ys[0] <= 0:
+    above = [i for i, y in enumerate(ys) if y > 0]
+    if not above or (from_start and above[0] > 0):
         return "below", None
-    for i in range(len(ys) - 1):
+    for i in range(above[0], len(ys) - 1):
         if ys[i] > 0 >= ys[i + 1]:
             lx0, lx1 = math.log(xs[i]), math.log(xs[i + 1])
             t = ys[i] / (ys[i] - ys[i + 1])
@@ -86,7 +93,13 @@ class Crossover:
                 f"{bound(self.high)} from the levels' CIs)"
             )
         elif self.where == "above":
-            head = f"pays at every level measured ({first} to {last} clients)"
+            paying = [p.clients for p in self.points if p.ratio > 1]
+            if all(p.state == "pays" for p in self.points):
+                head = f"pays at every level measured ({first} to {last} clients)"
+            elif len(paying) == len(self.points):
+                head = f"above 1 at every level measured ({first} to {last} clients)"
+            else:
+                head = f"above 1 from {paying[0]} clients to the last level measured ({last})"
             if self.low[0] != "above":
                 head += f"; its CI reaches 1 from {bound(self.low)} clients"
         else:
@@ -126,7 +139,8 @@ def crossover_of(reference: str, levels: Sequence[HasVerdict]) -> Crossover | No
     """The crossover of the speedup curve that ``levels``' verdicts (ratio and CI against the
     plain config ``reference``) make; None without a level that could be judged."""
     points = sorted(
-        (CurvePoint(lv.clients, lv.verdict.ratio, lv.verdict.ci_low, lv.verdict.ci_high)
+        (CurvePoint(lv.clients, lv.verdict.ratio, lv.verdict.ci_low, lv.verdict.ci_high,
+                    lv.verdict.provisional)
          for lv in levels if lv.verdict is not None and lv.verdict.issue is None),
         key=lambda p: p.clients,
     )  # fmt: skip
@@ -134,11 +148,12 @@ def crossover_of(reference: str, levels: Sequence[HasVerdict]) -> Crossover | No
         return None
     xs = [float(p.clients) for p in points]
 
-    def fall(values: Sequence[float]) -> tuple[str, float | None]:
-        return first_fall(xs, [math.log(v) if v > 0 else -math.inf for v in values])
+    def fall(values: Sequence[float], from_start: bool = False) -> tuple[str, float | None]:
+        return first_fall(xs, [math.log(v) if v > 0 else -math.inf for v in values], from_start)
 
     where, estimate = fall([p.ratio for p in points])
     return Crossover(
         reference, tuple(points), where, estimate,
-        low=fall([p.ci_low for p in points]), high=fall([p.ci_high for p in points]),
+        low=fall([p.ci_low for p in points], from_start=True),
+        high=fall([p.ci_high for p in points]),
     )  # fmt: skip

@@ -46,18 +46,18 @@ def failures(
             out.append(f"{j.config}: {j.message}")
             continue
         out += [msg for v, msg in failing(j, fail_on) if provisional_gates or not v.provisional]
-    return out + crossover_failures(judgements, fail_on)
+    return out + crossover_failures(judgements, fail_on, provisional_gates)
 
 
 def not_gating(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[str]:
-    """The provisional verdicts that would fail the run if provisional verdicts gated."""
-    return [
-        f"{msg} — reported, not gating (--specdec-provisional report)"
-        for j in judgements
-        if j.status != MISMATCH
-        for v, msg in failing(j, fail_on)
-        if v.provisional
-    ]
+    """The provisional verdicts (and lost crossovers) that would fail the run if provisional
+    verdicts gated."""
+    gated = set(crossover_failures(judgements, fail_on, False))
+    lost = [c for c in crossover_failures(judgements, fail_on, True) if c not in gated]
+    found = [msg for j in judgements if j.status != MISMATCH
+             for v, msg in failing(j, fail_on) if v.provisional]  # fmt: skip
+    return [f"{msg} — reported, not gating (--specdec-provisional report)"
+            for msg in [*found, *lost]]  # fmt: skip
 
 
 def wanted(fail_on: Sequence[str], signal: str) -> set[str]:
@@ -98,12 +98,17 @@ def gating(j: Judgement, fail_on: Sequence[str], provisional_gates: bool, *, loa
             if (v in levels) == load and (provisional_gates or not v.provisional)]  # fmt: skip
 
 
-def crossover_failures(judgements: Sequence[Judgement], fail_on: Sequence[str]) -> list[str]:
+def crossover_failures(
+    judgements: Sequence[Judgement], fail_on: Sequence[str], provisional_gates: bool = True
+) -> list[str]:
     """With ``crossover`` in ``fail_on``: the load levels where speculation no longer pays
-    (tonight's speedup CI below 1) where it paid in the stored baselines (CI above 1)."""
+    (tonight's speedup CI below 1) where it paid in the stored baselines (CI above 1); a
+    level whose curve point is provisional only with ``provisional_gates``."""
     if "crossover" not in [f.lower() for f in fail_on]:
         return []
-    return [f"{j.config}: {line}" for j in judgements if j.load for line in j.load.paying_lost()]
+    keep = None if provisional_gates else False
+    return [f"{j.config}: {line}" for j in judgements if j.load
+            for line in j.load.paying_lost(keep)]  # fmt: skip
 
 
 def indistinguishable(results: Mapping[str, Any], tolerance: float = 0.01) -> list[str]:

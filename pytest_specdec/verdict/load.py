@@ -20,7 +20,6 @@ CI; the *crossover* is the client count where that curve falls to 1 (crossover.p
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,30 +32,18 @@ from pytest_specdec.verdict.baselines import Baseline
 from pytest_specdec.verdict.compare import (
     attribute,
     borrowed_spread,
-    factor_facts,
     history_verdict,
     session_verdict,
 )
 from pytest_specdec.verdict.crossover import Crossover, crossover_of
 from pytest_specdec.verdict.sessions import level_accept, level_sessions, round_errors
-from pytest_specdec.verdict.stats import (
-    SessionSummary,
-    Verdict,
-    VerdictPolicy,
-    adjust_verdicts,
-    against_history_sessions,
+from pytest_specdec.verdict.stats import Verdict, VerdictPolicy, adjust_verdicts
+from pytest_specdec.verdict.work import (
+    host_or_kernel,
+    phase_changes,
+    phase_text,
+    work_verdict,
 )
-
-# SGLang's device timer counts a prefill forward in CUDA graphs from before its batch is loaded
-# on the host (SGLang 0.5.17's model_runner: "it also includes load_batch time"), so `extend`
-# carries the host's pace; every other phase is a graph replay, the GPU's work alone.
-HOST_PACED_PHASES = frozenset({"extend"})
-# Below this share of a decided change in a round's wall time, the GPU's own work did not
-# cause it: the host's pace did.
-KERNEL_SHARE = 1 / 3
-# Stored sessions with phase times a level's GPU-work verdict needs: it is a prediction interval
-# on the sessions' means from two on (few sessions widen it; none is pooled over runs).
-MIN_WORK_HISTORY = 2
 
 JUDGED = "judged"
 NO_DATA = "no-data"
@@ -150,19 +137,23 @@ class LoadJudgement:
             self.message = f"load levels against {self.against}: {self.outcomes()}"
         return self
 
-    def paying_lost(self) -> list[str]:
+    def paying_lost(self, provisional: bool | None = None) -> list[str]:
         """Levels where the stored baselines' curve paid (its CI above 1) and tonight's curve
-        loses (its CI below 1): speculation no longer pays there."""
+        loses (its CI below 1): speculation no longer pays there. ``provisional``: only the
+        levels where either curve's point is provisional (True) or neither is (False)."""
         if self.crossover is None or self.baseline_crossover is None:
             return []
         before = {p.clients: p for p in self.baseline_crossover.points}
+        lost = [(p, before[p.clients]) for p in self.crossover.points
+                if p.state == "loses" and p.clients in before
+                and before[p.clients].state == "pays"]  # fmt: skip
         return [
             f"speculation no longer pays at {p.clients} clients: {p.ratio:.3f}x "
             f"[{p.ci_low:.3f}, {p.ci_high:.3f}] of {self.crossover.reference} tonight, where the "
-            f"baseline paid {before[p.clients].ratio:.3f}x [{before[p.clients].ci_low:.3f}, "
-            f"{before[p.clients].ci_high:.3f}]"
-            for p in self.crossover.points
-            if p.state == "loses" and p.clients in before and before[p.clients].state == "pays"
+            f"baseline paid {b.ratio:.3f}x [{b.ci_low:.3f}, {b.ci_high:.3f}]"
+            + (" (provisional: one session a side)" if p.provisional or b.provisional else "")
+            for p, b in lost
+            if provisional is None or (p.provisional or b.provisional) == provisional
         ]
 
     def to_dict(self) -> dict[str, Any]:
@@ -181,104 +172,6 @@ class LoadJudgement:
 
 def _accept_change(new: float | None, ref: float | None) -> dict[str, float | None]:
     return {"new": new, "reference": ref, "change": new / ref - 1 if new and ref else None}
-
-
-def phase_changes(
-    new: Mapping[str, float], stored: Sequence[Mapping[str, Any]]
-) -> dict[str, dict[str, float]]:
-    """Each forward phase timed on both sides: tonight's GPU seconds per round, the stored
-    sessions' mean, and the change (phases on one side only are left out)."""
-    out = {}
-    for name, value in new.items():
-        before = [float(s[name]) for s in stored if s.get(name) is not None]
-        ref = statistics.fmean(before) if before else 0.0
-        if ref > 0:
-            change = round(value / ref - 1, 6) + 0.0  # no "-0.0%" for equal times
-            out[name] = {"new": value, "reference": ref, "change": change}
-    return out
-
-
-def gpu_work_change(
-    phases: Mapping[str, Mapping[str, float]], ratio: float, round_wall_s: float | None
-) -> tuple[float, float] | None:
-    """How much a round's wall time changed against the stored rounds (a round holds the same
-    tokens on both sides, so the stored round took ``ratio`` times tonight's), and how much of
-    that the GPU's own work per round changed: the phases other than ``HOST_PACED_PHASES``.
-    None without both."""
-    work = [p for name, p in phases.items() if name not in HOST_PACED_PHASES]
-    if not work or not round_wall_s or ratio <= 0:
-        return None
-    return round_wall_s * (1 - ratio), sum(p["new"] - p["reference"] for p in work)
-
-
-def host_or_kernel(
-    verdict: Verdict,
-    cause: str | None,
-    text: str | None,
-    phases: Mapping[str, Mapping[str, float]],
-    round_wall_s: float | None,
-    accept_change: float | None = None,
-) -> tuple[str | None, str | None]:
-    """A decided change that the accept length does not explain (cause ``kernel``, or
-    ``target`` without speculation) is put on the host when the GPU's own work per round
-    moved less than ``KERNEL_SHARE`` of the round's wall time in the same direction: the time
-    went to preparing batches and to the gaps between forwards. Otherwise the GPU's share is
-    added to the cause. Other causes, and levels without phase times, are left as they are."""
-    if cause not in ("kernel", "target") or verdict.outcome.value not in ("REGRESSED", "IMPROVED"):
-        return cause, text
-    split = gpu_work_change(phases, verdict.ratio, round_wall_s)
-    if split is None:
-        return cause, text
-    wall, work = split
-    share = work / wall if wall else 0.0
-    facts = (f"the GPU's own work per round (every phase but "
-             f"{', '.join(sorted(HOST_PACED_PHASES))}) moved {work:+.3f} s of the round's "
-             f"{wall:+.3f} s ({share:.0%})")  # fmt: skip
-    if share >= KERNEL_SHARE:
-        return cause, f"{text}; {facts}" if text else facts
-    steps = ""
-    if accept_change is not None and accept_change > -1:
-        steps = f"{factor_facts(verdict.ratio, 1 + accept_change)}; "
-    return "host", (
-        f"cause: host side: {steps}{facts}: the time went to preparing batches and between "
-        "forwards, the host's pace, not the kernels"
-    )
-
-
-def gpu_work_s(phase_s: Mapping[str, Any]) -> float | None:
-    """GPU seconds of a round's own work: every timed phase but ``HOST_PACED_PHASES``."""
-    total = sum(float(v) for k, v in phase_s.items() if k not in HOST_PACED_PHASES)
-    return total if total > 0 else None
-
-
-def work_verdict(
-    rounds: Sequence[Any], cells: Sequence[Mapping[str, Any]], policy: VerdictPolicy
-) -> Verdict | None:
-    """Tonight's rounds' GPU work (as a rate, per server session) against the stored sessions'
-    mean GPU work per round at this level: a prediction interval on session means (calibrated
-    from ``MIN_WORK_HISTORY`` sessions; provisional below ``policy.min_history``, as any
-    level verdict). None where either side has no phase times."""
-    tonight: dict[int, list[float]] = {}
-    for r in rounds:
-        work = gpu_work_s(r.engine.get("phase_s") or {}) if r.ok and not r.warmup else None
-        if work:
-            tonight.setdefault(r.session, []).append(1.0 / work)
-    stored = [w for c in cells if (w := gpu_work_s(c.get("phase_s") or {}))]
-    if not tonight or len(stored) < MIN_WORK_HISTORY:
-        return None
-    new = [SessionSummary.from_values(v) for v in tonight.values()]
-    history = [SessionSummary(1, -math.log(w), 0.0) for w in stored]
-    verdict = against_history_sessions(new, history, replace(policy, min_history=MIN_WORK_HISTORY))
-    return replace(verdict, provisional=len(stored) < policy.min_history)
-
-
-def phase_text(phases: Mapping[str, Mapping[str, float]]) -> str:
-    """``extend +139.7% (0.474 -> 1.136 s), target_verify +0.0% (...)``: the phase whose
-    seconds moved most first, so the phase where the time went leads (a short phase that
-    doubled does not outrank a long one that grew by half)."""
-    ordered = sorted(phases.items(), key=lambda kv: -abs(kv[1]["new"] - kv[1]["reference"]))
-    return ", ".join(f"{name} {p['change']:+.1%} ({p['reference']:.3f} -> {p['new']:.3f} s)"
-                     for name, p in ordered)  # fmt: skip
 
 
 def _empty(config: Mapping[str, Any], against: str) -> LoadJudgement | None:
@@ -345,7 +238,11 @@ def judge_load_reference(
     """Each level A/B against the reference config's rounds at the same level; the levels'
     ratios are the speedup curve, and its crossover is found."""
     against = f"reference {reference.get('name')}"
-    out = _empty(config, against) or _empty(reference, against)
+    out = _empty(config, against)
+    if out is None and not levels_of(reference):
+        why = f"the reference {reference.get('name')} measured no load level to judge against"
+        return LoadJudgement(NO_DATA, why, against)
+    out = out or _empty(reference, against)
     if out is not None:
         return out
     out = LoadJudgement(JUDGED, "", against)

@@ -257,7 +257,7 @@ def _explain(v: Verdict) -> str:
     return f"{head}, {why}, CI not inside ±{d}; MDE {v.mde:.1%} (n {v.n_new} vs {v.n_ref}); {more}"
 
 
-def _explain_all(v: Verdict) -> str:
+def explain_verdict(v: Verdict) -> str:
     """The explanation, and for a borrowed spread whose it is."""
     text = _explain(v)
     if v.spread_source is None or v.issue is not None:
@@ -289,7 +289,7 @@ def _build(
         policy.ci_level, se, df, issue, source,
     )  # fmt: skip
     if issue is not None:
-        return replace(v, explanation=_explain_all(v))
+        return replace(v, explanation=explain_verdict(v))
     return _settle(v, p_r, p_i, None, policy)
 
 
@@ -299,7 +299,7 @@ def _settle(
     outcome = _decide(v, p_regress, p_improve, policy.alpha)
     further = _further(v, policy) if outcome is Outcome.INCONCLUSIVE else None
     v = replace(v, alpha=policy.alpha, p_adjusted=p_adj, outcome=outcome, runs_needed=further)
-    return replace(v, explanation=_explain_all(v))
+    return replace(v, explanation=explain_verdict(v))
 
 
 def _summary(values: Sequence[float], name: str) -> SessionSummary:
