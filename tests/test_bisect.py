@@ -137,6 +137,26 @@ def test_an_interrupted_bisect_resumes_with_the_same_answer(tmp_path: Path) -> N
         load_steps(state, {"candidates": 9})
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[]", "a JSON list, not an object"),
+        ('"hello"', "a JSON str, not an object"),
+        ('{"schema": 1, "fingerprint": ["a"], "steps": []}', "'fingerprint' is a list"),
+        ('{"schema": 1, "fingerprint": {}, "steps": "s"}', "'steps' must be a list of objects"),
+        ('{"schema": 1, "fingerprint": {}, "steps": [1]}', "'steps' must be a list of objects"),
+    ],
+)
+def test_a_state_file_of_another_shape_is_named_with_the_fix(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    state = tmp_path / "state.json"
+    state.write_text(text)
+    with pytest.raises(BisectError, match="remove it to start the bisect afresh") as info:
+        load_steps(state, {"candidates": 8})
+    assert str(state) in str(info.value) and problem in str(info.value)
+
+
 def test_search_picks_the_middle_then_its_neighbour() -> None:
     assert next_index(bounds(0, 8, {})) == 4
     assert next_index(bounds(0, 8, {4: SKIP})) == 3

@@ -106,3 +106,42 @@ def test_doctor_reports_every_part(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for part in ("llama.cpp", "SGLang", "vLLM", "NVIDIA GPUs (NVML)", "Docker", "charts"):
         assert part in out
+
+
+def test_an_output_path_that_cannot_be_written_is_named_exit_2(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    from test_baselines import results_doc
+
+    root = Path(str(tmp_path))
+    _write(root / "r.json", results_doc({"base": {"code": 100, "prose": 80}}))
+    (root / "afile").write_text("x")
+    (root / "adir").mkdir()
+    cases = {
+        "afile": ["report", "benchmark-json", str(root / "r.json"), str(root / "afile" / "o")],
+        "adir": ["report", "merge", str(root / "r.json"), "--json", str(root / "adir")],
+    }
+    for bad, args in cases.items():
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"specdec: error: {root / bad}: ") and err.count("\n") == 1
+        assert "check the path" in err
+    assert (root / "afile").read_text() == "x" and not any((root / "adir").iterdir())
+
+
+def test_a_results_file_of_another_shape_is_exit_2_not_a_regression(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    from test_baselines import results_doc
+
+    root = Path(str(tmp_path))
+    good = results_doc({"base": {"code": 100, "prose": 80}})
+    _write(root / "good.json", good)
+    _write(root / "bad.json", {**good, "configs": [{"name": "base", "runs": 5}]})
+    assert main(["compare", str(root / "good.json"), str(root / "bad.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"results file {root / 'bad.json'}: configs[0] (base): 'runs' must be a list" in err

@@ -287,3 +287,56 @@ def test_a_model_path_relative_to_the_folder_is_written_as_the_suite_file_reads_
     assert 'target = "../models/t.gguf"' in text and '"org/hub-draft"' in text
     models = load_suite_settings(tmp_path / "suites" / "specdec.toml").models_for("llamacpp")
     assert Path(models.target or "").resolve() == (tmp_path / "models" / "t.gguf").resolve()
+
+
+def test_force_replaces_a_link_not_the_file_it_points_to(tmp_path: Path) -> None:
+    shared = tmp_path / "shared" / "conftest.py"
+    shared.parent.mkdir()
+    shared.write_text("# the organisation's conftest\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "conftest.py").symlink_to(shared)
+    assert main(["init", str(repo), "--force"]) == 0
+    assert not (repo / "conftest.py").is_symlink() and written(repo) == WRITTEN
+    assert shared.read_text() == "# the organisation's conftest\n"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (repo / "SPECDEC.md").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_force_writes_every_file_or_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "specdec.toml").write_text("# mine\n")
+    (tmp_path / "conftest.py").write_text("# mine\n")
+    (tmp_path / ".github").write_text("a file where the workflows' folder goes\n")
+    before = {p: p.read_text() if p.is_file() else "/" for p in tmp_path.rglob("*")}
+    assert main(["init", str(tmp_path), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {tmp_path / '.github' / 'workflows'}: " in err
+    assert "nothing was written" in err
+    after = {p: p.read_text() if p.is_file() else "/" for p in tmp_path.rglob("*")}
+    assert after == before  # not a file changed; no temp file or new folder left
+
+
+def test_a_full_disk_midway_leaves_every_file_as_it_was(tmp_path: Path) -> None:
+    import resource
+    import signal
+
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "specdec.toml").write_text("# mine\n")
+
+    def small_files() -> None:  # writes past 3000 bytes fail, as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, resource.RLIM_INFINITY))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_specdec.cli", "init", str(tmp_path), "--force"],
+        capture_output=True, text=True, check=False, preexec_fn=small_files,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "File too large; nothing was written" in proc.stderr
+    assert written(tmp_path) == {"suites/specdec.toml"}
+    assert (tmp_path / "suites" / "specdec.toml").read_text() == "# mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["suites"]

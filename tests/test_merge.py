@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_specdec.cli import main
-from pytest_specdec.core.results import atomic_write_json
+from pytest_specdec.core.results import atomic_write_json, merge_worker_results
 from pytest_specdec.report.merge import MergeError, load_many, merge
 
 H200 = {"name": "NVIDIA H200", "driver_version": "580.1", "power_limit_w": 700.0,
@@ -108,3 +108,52 @@ def test_specdec_report_merge_markdown_and_json(
     bad.write_text("{}")
     assert main(["report", "merge", str(bad)]) == 2
     assert "bad.json" in capsys.readouterr().err
+
+
+def test_a_config_in_two_files_keeps_the_second_files_load_rounds_drift_and_references() -> None:
+    first, second = config("draft-d4", [140, 141]), config("draft-d4", [138, 139])
+    first["extra"]["load"] = [{"clients": 4, "round": r, "session": s, "output_tok_per_s": 300.0}
+                              for s in (1, 2) for r in range(2)]  # fmt: skip
+    second["extra"]["load"] = [{"clients": c, "round": 0, "session": 1, "output_tok_per_s": 400.0}
+                               for c in (4, 8)]  # fmt: skip
+    second["engine_version"] = "b2"
+    a = {**doc(H200, "a", [first]), "drift": [{"config": "draft-d4", "message": "in a"}],
+         "references": [{"name": "ref-a"}]}  # fmt: skip
+    b = {**doc(H200, "b", [second]), "drift": [{"config": "draft-d4", "message": "in b"}],
+         "references": [{"name": "ref-b"}]}  # fmt: skip
+    (group,) = merge([("a.json", a), ("b.json", b)])
+    (cfg,) = group["configs"]
+    # b's sessions come after a's highest, of its runs (1) and its load rounds (2)
+    assert sorted({r["session"] for r in cfg["runs"]}) == [1, 3]
+    assert [(e["clients"], e["session"]) for e in cfg["extra"]["load"]] == [
+        (4, 1), (4, 1), (4, 2), (4, 2), (4, 3), (8, 3)
+    ]  # fmt: skip
+    assert [d["message"] for d in group["drift"]] == ["in a", "in b"]
+    assert [r["name"] for r in group["references"]] == ["ref-a", "ref-b"]
+    assert "config draft-d4: engine version b1 in a.json, b2 in b.json (its sessions from 3" in (
+        " ".join(group["notes"])
+    )
+
+
+def test_a_folder_with_an_xdist_run_counts_its_workers_once(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    for name, started in (("latest.gw0.json", "2026-12-01T02:00:00+00:00"),
+                          ("latest.gw1.json", "2026-12-01T02:01:00+00:00")):  # fmt: skip
+        worker = {**doc(H200, "h200-a", [config(name.split(".")[1], [120, 121])]),
+                  "started_at": started, "finished_at": "2026-12-01T03:00:00+00:00"}  # fmt: skip
+        atomic_write_json(folder / name, worker)
+    merged = merge_worker_results(folder / "latest.json", since=0.0)
+    assert merged is not None
+    atomic_write_json(folder / "latest.json", merged)
+    atomic_write_json(folder / "latest.prev.json", merged)  # an earlier run's, kept by a later one
+    files, notes = load_many([folder])
+    assert [Path(name).name for name, _ in files] == ["latest.json"]
+    assert sum("an xdist worker's file; its runs are in" in n for n in notes) == 2
+    assert any("latest.prev.json holds an earlier run's results" in n for n in notes)
+    (group,) = merge(files)
+    assert [len(c["runs"]) for c in group["configs"]] == [4, 4]
+    later = {**doc(H200, "h200-a", [config("gw0", [90, 91])]),
+             "started_at": "2026-12-02T02:00:00+00:00"}  # fmt: skip
+    atomic_write_json(folder / "latest.gw0.json", later)  # a later run's worker: not in the merge
+    files, _ = load_many([folder])
+    assert sorted(Path(name).name for name, _ in files) == ["latest.gw0.json", "latest.json"]

@@ -175,7 +175,7 @@ def test_merged_worker_files_list_the_workers_of_a_config_found_in_several(
 ) -> None:
     out = tmp_path / "r.json"
     for worker, names in (("gw0", ["a", "b"]), ("gw1", ["b"])):
-        doc = {"schema": RESULTS_SCHEMA, "configs": [record(n, 1) for n in names],
+        doc = {"schema": RESULTS_SCHEMA, "configs": [record(n, 1) for n in names], "workload": {},
                "started_at": "t0", "finished_at": "t1"}  # fmt: skip
         (tmp_path / f"r.{worker}.json").write_text(json.dumps(doc))
     merged = merge_worker_results(out, since=0.0)

@@ -25,10 +25,16 @@ def load_steps(path: Path, fingerprint: Mapping[str, Any]) -> list[StepRecord]:
         return []
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict):
+            raise ValueError(f"a JSON {type(doc).__name__}, not an object")
         if doc.get("schema") != SCHEMA:
             raise ValueError(f"schema {doc.get('schema')!r}, expected {SCHEMA}")
-        before = doc["fingerprint"]
-        steps = [StepRecord.from_dict(s) for s in doc["steps"]]
+        before, found = doc["fingerprint"], doc["steps"]
+        if not isinstance(before, dict):
+            raise ValueError(f"'fingerprint' is a {type(before).__name__}, not an object")
+        if not isinstance(found, list) or not all(isinstance(s, dict) for s in found):
+            raise ValueError("'steps' must be a list of objects")
+        steps = [StepRecord.from_dict(s) for s in found]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BisectError(
             f"state file {path} cannot be read ({exc}); remove it to start the bisect afresh"

@@ -3,16 +3,19 @@
 Writes ``suites/`` (the test files and a suite file for one engine and its models),
 ``conftest.py``, ``baselines/``, ``.github/workflows/`` (the nightly with its merged report and
 dashboard, and the baseline update) and ``SPECDEC.md``. It never overwrites a file: when any
-file it would write is there, it names them all and writes nothing, unless ``--force``.
+file it would write is there, it names them all and writes nothing, unless ``--force``: then
+it replaces them (a symbolic link itself, not the file it points to), every file or none.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from pytest_specdec.cli.layout import (
 )
 from pytest_specdec.cli.workflows import TemplateError, workflows
 from pytest_specdec.core.configs import ConfigError, split_names
+from pytest_specdec.core.results import replaced_mode
 
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -83,7 +87,9 @@ def files(layout: Layout) -> dict[str, str]:
 
 def write(folder: Path, written: dict[str, str], force: bool) -> list[str]:
     """Write every file, or none: the paths that are there already are refused unless
-    ``force``. Returns the lines to print."""
+    ``force``. Every file is first written to a temp file beside its place (``stage``); only
+    when all are written are they renamed into place, each replacing what is there (a symbolic
+    link itself, never the file it points to). Returns the lines to print."""
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder} is a file; give the folder to lay out")
     there = [name for name in written if (folder / name).exists() or (folder / name).is_symlink()]
@@ -95,11 +101,53 @@ def write(folder: Path, written: dict[str, str], force: bool) -> list[str]:
             f"{folder} already has {', '.join(there)}; nothing was written. Move them aside, "
             "or pass --force to overwrite them"
         )
-    for name, text in written.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+    try:
+        staged = stage(folder, written)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {exc.filename}: {exc.strerror or exc}; nothing was written. Make "
+            "room, or fix that path, and run it again"
+        ) from None
+    for index, (tmp, path) in enumerate(staged):
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            for left, _ in staged[index:]:
+                left.unlink(missing_ok=True)
+            raise
     return [f"{'overwrote' if name in there else 'wrote'} {folder / name}" for name in written]
+
+
+def stage(folder: Path, written: dict[str, str]) -> list[tuple[Path, Path]]:
+    """Every file written (and flushed to disk) to a temp file in its folder, with the
+    permissions of the file it replaces (or a new file's): (temp file, place) pairs. If one
+    cannot be written, the temp files and the folders made for them are removed again."""
+    staged: list[tuple[Path, Path]] = []
+    made: list[Path] = []
+    try:
+        for name, text in written.items():
+            path = folder / name
+            for parent in reversed([path.parent, *path.parent.parents]):
+                if not parent.exists():
+                    parent.mkdir()
+                    made.append(parent)
+            fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            staged.append((Path(temp), path))
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(temp, replaced_mode(path))
+    except BaseException as exc:
+        if isinstance(exc, OSError) and exc.filename is None:  # a write: name its file
+            exc.filename = str(path)
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        for parent in reversed(made):
+            with contextlib.suppress(OSError):  # not empty: someone else wrote there meanwhile
+                parent.rmdir()
+        raise
+    return staged
 
 
 def run(args: argparse.Namespace) -> int:

@@ -115,6 +115,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, EngineTableError, *RESULT_ERRORS) as exc:
         print(f"specdec: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a path that cannot be read or written: named, no traceback
+        print(f"specdec: error: {os_error(exc)}", file=sys.stderr)
+        return 2
+
+
+def os_error(exc: OSError) -> str:
+    """An OSError as one line: the path (of a rename, the one renamed onto), the reason and
+    what to check."""
+    path = exc.filename2 if exc.filename2 is not None else exc.filename
+    if path is None:
+        return str(exc)
+    return (
+        f"{path}: {exc.strerror or exc}; check the path: its folders must be folders (not "
+        "files), and writable where it is written"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -67,7 +67,7 @@ def baseline_show(args: argparse.Namespace) -> int:
 def compare(args: argparse.Namespace) -> int:
     """The verdict engine on two results files: each config of NEW against the same in OLD."""
     old, new = load_results(args.old), with_score(load_results(args.new), args.score)
-    old_hash, new_hash = (d["workload"].get("sha256") for d in (old, new))
+    old_hash, new_hash = ((d.get("workload") or {}).get("sha256") for d in (old, new))
     if old_hash != new_hash:
         print(f"specdec: error: the workloads differ (sha256 {old_hash} vs {new_hash}): "
               "results of different prompt suites cannot be compared")  # fmt: skip

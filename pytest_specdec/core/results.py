@@ -6,11 +6,14 @@ display only. A failed run carries ``error`` and no throughput: an error is neve
 
 from __future__ import annotations
 
+import glob
 import gzip
 import json
 import math
 import os
 import platform
+import re
+import shutil
 import socket
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -219,7 +222,8 @@ def atomic_replace(path: Path, write: Callable[[Path], object], suffix: str = ".
     """Write ``path`` whole or not at all: ``write`` fills a temp file in the same folder,
     which is flushed to disk, gets the permissions of the file it replaces (or a new file's)
     and is renamed over ``path``; if anything fails the temp file is removed and ``path`` is
-    left as it was."""
+    left as it was. A symbolic link stays one: the file it points to is the one replaced."""
+    path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = replaced_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
@@ -237,15 +241,54 @@ def atomic_replace(path: Path, write: Callable[[Path], object], suffix: str = ".
 
 def atomic_write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (``atomic_replace``), with the permissions of the file it
-    replaces (or a new file's)."""
+    replaces (or a new file's); gzipped where the name ends in ``.gz``, as ``load_results``
+    reads it. A results document first keeps another run's measurements (``keep_previous``)."""
     clean = _clean(data)
 
     def write(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(tmp, "wt", encoding="utf-8") as fh:
             json.dump(clean, fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
 
+    keep_previous(path, clean)
     atomic_replace(path, write)
+
+
+def previous_path(path: Path) -> Path:
+    """Where ``keep_previous`` keeps an earlier run's results: ``<stem>.prev.json`` (.json.gz)."""
+    ext = ".json.gz" if path.name.endswith(".json.gz") else path.suffix
+    return path.with_name(f"{path.name.removesuffix(ext)}.prev{ext}")
+
+
+_KEPT: set[tuple[Path, str]] = set()  # (results file, started_at) whose first write is done
+
+
+def keep_previous(path: Path, doc: Any) -> None:
+    """Before a run's first write of its results document: a file there of another run
+    (another ``started_at``) that holds measurements is copied to ``previous_path`` (atomically,
+    replacing an older copy): a run that fails early (its server never came up) keeps them."""
+    if not isinstance(doc, dict) or doc.get("schema") != RESULTS_SCHEMA or "configs" not in doc:
+        return
+    target, started = path.resolve(), str(doc.get("started_at"))
+    if "started_at" not in doc or (target, started) in _KEPT:
+        return
+    try:
+        old = load_results(target)
+    except ResultsError:  # none there, or not results: nothing to keep
+        old = None
+    if old is not None and str(old.get("started_at")) != started and _measured(old):
+        atomic_replace(previous_path(target), lambda tmp: shutil.copy2(target, tmp))
+    _KEPT.add((target, started))
+
+
+def _measured(doc: Mapping[str, Any]) -> bool:
+    """Whether a results document holds a run measured without an error, or a load round."""
+    return any(
+        (r.get("ok") and r.get("phase", "measure") == "measure") or not r.get("warmup", True)
+        for c in doc["configs"]
+        for r in [*c["runs"], *((c.get("extra") or {}).get("load") or [])]
+    )
 
 
 def results_document(
@@ -299,51 +342,109 @@ def load_results(path: Path) -> dict[str, Any]:
         raise ResultsError(
             f"results file {path} has schema {found!r}; this version reads schema {RESULTS_SCHEMA}"
         )
-    if not isinstance(data.get("configs"), list):
-        raise ResultsError(f"results file {path}: 'configs' must be a list")
+    problem = _shape_problem(data)
+    if problem is not None:
+        raise ResultsError(
+            f"results file {path}: {problem}; is it a results file pytest-specdec wrote "
+            "(--specdec-results)? Give that file, or write it again with a pytest-specdec run"
+        )
     return data
 
 
+def _shape_problem(data: Mapping[str, Any]) -> str | None:
+    """What keeps a schema-1 document from being read as results (None: nothing): ``configs``
+    a list of objects with a string ``name`` and a list of ``runs`` each, ``workload`` an
+    object."""
+    configs = data.get("configs")
+    if not isinstance(configs, list):
+        return "'configs' must be a list"
+    if not isinstance(data.get("workload"), dict):
+        return f"'workload' must be an object, found {data.get('workload')!r:.60}"
+    for i, cfg in enumerate(configs):
+        if not isinstance(cfg, dict):
+            return f"configs[{i}] must be an object, found {cfg!r:.60}"
+        if not isinstance(cfg.get("name"), str):
+            return f"configs[{i}] has no string 'name' (found {cfg.get('name')!r})"
+        runs = cfg.get("runs")
+        if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+            return f"configs[{i}] ({cfg['name']}): 'runs' must be a list of objects"
+    return None
+
+
 def merge_worker_results(path: Path, since: float) -> dict[str, Any] | None:
-    """The per-worker files ``<stem>.gw*<suffix>`` written since ``since``, merged into one
+    """The per-worker files ``<stem>.gw<N><suffix>`` written since ``since``, merged into one
     document (None when there are none). The caller writes it to ``path``, once.
 
-    Each config runs on one worker (xdist groups); verdicts and notes are concatenated. The
+    Each config runs on one worker (xdist groups); one found in several is joined
+    (``join_config``). Verdicts, drift, reference records and notes are concatenated. The
     worker files are kept beside the merged one.
     """
-    parts = sorted(
-        p for p in path.parent.glob(f"{path.stem}.gw*{path.suffix}") if p.stat().st_mtime >= since
-    )
+    worker = re.compile(rf"{re.escape(path.stem)}\.gw\d+{re.escape(path.suffix)}")
+    found = path.parent.glob(f"{glob.escape(path.stem)}.gw*{glob.escape(path.suffix)}")
+    parts = sorted(p for p in found if worker.fullmatch(p.name) and p.stat().st_mtime >= since)
     if not parts:
         return None
     docs = [load_results(p) for p in parts]
     merged = dict(docs[0])
     merged["options"] = {**merged.get("options", {}), "results_path": str(path)}
     workers = [p.name.removeprefix(f"{path.stem}.").removesuffix(path.suffix) for p in parts]
-    merged["configs"] = _merge_configs(
+    merged["configs"], notes = _merge_configs(
         [(w, c) for w, d in zip(workers, docs, strict=True) for c in d["configs"]]
     )
-    merged["verdicts"] = [v for d in docs for v in d.get("verdicts", [])]
-    merged["notes"] = sorted({n for d in docs for n in d.get("notes", [])})
+    for key in ("verdicts", "drift", "references"):
+        merged[key] = [v for d in docs for v in d.get(key) or []]
+    merged["notes"] = sorted({n for d in docs for n in d.get("notes", [])} | set(notes))
     merged["workers"] = {p.name: {"gpu": d.get("gpu")} for p, d in zip(parts, docs, strict=True)}
     merged["started_at"] = min(d["started_at"] for d in docs)
     merged["finished_at"] = max(d["finished_at"] for d in docs)
     return merged
 
 
-def _merge_configs(configs: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One record per config name from (worker, record) pairs. A config found in several
-    workers' files has its runs joined and those workers listed in ``extra.workers``."""
+def _merge_configs(
+    configs: list[tuple[str, dict[str, Any]]],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """One record per config name from (worker, record) pairs, and the notes of the joins. A
+    config found in several workers' files is joined (``join_config``) and those workers
+    listed in ``extra.workers``."""
     out: dict[str, dict[str, Any]] = {}
     seen: dict[str, list[str]] = {}
+    notes: list[str] = []
     for worker, cfg in configs:
         seen.setdefault(cfg["name"], []).append(worker)
         if cfg["name"] not in out:
             out[cfg["name"]] = dict(cfg)
         else:
-            kept = out[cfg["name"]]
-            kept["runs"] = [*kept["runs"], *cfg["runs"]]
+            note = join_config(out[cfg["name"]], cfg, worker, seen[cfg["name"]][0])
+            notes += [note] if note else []
     for name, workers in seen.items():
         if len(workers) > 1:
             out[name]["extra"] = {**out[name].get("extra", {}), "workers": workers}
-    return list(out.values())
+    return list(out.values()), notes
+
+
+def join_config(kept: dict[str, Any], cfg: Mapping[str, Any], name: str, first: str) -> str | None:
+    """Add ``name``'s record of a config to ``kept`` (``first``'s): runs, load rounds, sessions,
+    costs, lossless checks, its server sessions numbered after ``kept``'s highest. Sessions of
+    two engine versions are kept, as a baseline's history keeps them; the note says so."""
+    extra, other = dict(kept.get("extra") or {}), cfg.get("extra") or {}
+    numbered = [*kept.get("runs", []), *(extra.get("load") or []), *(extra.get("sessions") or [])]
+    offset = max((int(e.get("session", 1)) for e in numbered), default=0)
+
+    def shifted(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return [{**e, "session": int(e.get("session", 1)) + offset} for e in entries]
+
+    kept["runs"] = [*kept.get("runs", []), *shifted(cfg.get("runs") or [])]
+    for key in ("load", "sessions", "cost", "cooldown"):  # cost, cooldown: one per session
+        if other.get(key):
+            added = shifted(other[key]) if key in ("load", "sessions") else list(other[key])
+            extra[key] = [*(extra.get(key) or []), *added]
+    if other.get("lossless"):
+        extra["lossless"] = {**other["lossless"], **(extra.get("lossless") or {})}
+    kept["extra"] = extra
+    before, after = kept.get("engine_version"), cfg.get("engine_version")
+    if before == after:
+        return None
+    return (
+        f"config {kept['name']}: engine version {before} in {first}, {after} in {name} (its "
+        f"sessions from {offset + 1} here); the record names {before}"
+    )

@@ -5,8 +5,9 @@ A nightly matrix writes one results file per runner job (and pytest-xdist one pe
 driver, power limit, clock lock; or the CPU), and inside a group a config measured in several
 files (several workers, or several runners of one key) has its runs joined, each file's server
 sessions kept apart, when the rest of its baseline key agrees: model and draft hashes, config
-hash, workload, output length, engine flags. A difference is refused with the field named;
-different hardware keys never share a table.
+hash, workload, output length, engine flags. A difference is refused with the field named
+(engine versions that differ are joined and said in a note, as a baseline's history joins
+them); different hardware keys never share a table.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.core.results import RESULTS_SCHEMA, ResultsError, load_results
+from pytest_specdec.core.results import RESULTS_SCHEMA, ResultsError, join_config, load_results
 from pytest_specdec.measure.roofline import annotate
 from pytest_specdec.verdict.baselines import hardware_identity, key_for, key_mismatch
 
@@ -36,21 +37,52 @@ def hardware_of(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def load_many(paths: Sequence[Path]) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     """Results files by path; a folder stands for its ``*.json`` files, where other JSON files
-    (e.g. pytest-benchmark exports) are skipped with a note. A named file must be results."""
-    found: list[tuple[str, dict[str, Any]]] = []
+    (e.g. pytest-benchmark exports) and an earlier run's results kept beside a results file
+    (``<stem>.prev.json``) are skipped with a note. A named file must be results. A
+    pytest-xdist worker's file that a merged results file lists (``workers``) is skipped with
+    a note: its runs are in the merged file."""
+    found: list[tuple[Path, dict[str, Any]]] = []
     notes: list[str] = []
     for path in paths:
-        if path.is_dir():
-            for child in sorted(path.rglob("*.json")):
-                try:
-                    found.append((str(child), load_results(child)))
-                except ResultsError as exc:
-                    notes.append(f"skipped: {exc}")
-        else:
-            found.append((str(path), load_results(path)))
+        if not path.is_dir():
+            found.append((path, load_results(path)))
+            continue
+        for child in sorted(path.rglob("*.json")):
+            if child.name.endswith(".prev.json"):
+                notes.append(
+                    f"skipped: {child} holds an earlier run's results; name it to merge it"
+                )
+                continue
+            try:
+                found.append((child, load_results(child)))
+            except ResultsError as exc:
+                notes.append(f"skipped: {exc}")
+    found = _without_merged_workers(found, notes)
     if not found:
         raise MergeError(f"no results files in {', '.join(map(str, paths))}")
-    return found, notes
+    return [(str(p), d) for p, d in found], notes
+
+
+def _without_merged_workers(
+    found: list[tuple[Path, dict[str, Any]]], notes: list[str]
+) -> list[tuple[Path, dict[str, Any]]]:
+    """``found`` less the pytest-xdist worker files that a merged results file among them
+    lists (``workers``: names beside it) and that come from its run (started while it ran),
+    each named in ``notes``: counted again they would be more server sessions."""
+    merged_into: dict[Path, tuple[Path, Mapping[str, Any]]] = {}
+    for path, doc in found:
+        workers = doc.get("workers")
+        for name in workers if isinstance(workers, dict) else {}:
+            merged_into[(path.parent / str(name)).resolve()] = (path, doc)
+    kept = []
+    for path, doc in found:
+        merged, into = merged_into.get(path.resolve(), (path, doc))
+        span = (str(into.get("started_at")), str(into.get("finished_at")))
+        if merged != path and span[0] <= str(doc.get("started_at")) <= span[1]:
+            notes.append(f"skipped: {path}: an xdist worker's file; its runs are in {merged}")
+            continue
+        kept.append((path, doc))
+    return kept
 
 
 def merge(files: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
@@ -80,6 +112,7 @@ def merge_group(items: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any
     configs: dict[str, dict[str, Any]] = {}
     keys: dict[str, tuple[str, dict[str, Any]]] = {}
     verdicts: list[dict[str, Any]] = []
+    joined: list[str] = []  # notes of the joins (engine versions that differ)
     for name, doc in items:
         for cfg in doc["configs"]:
             key = key_for(doc, cfg)
@@ -96,7 +129,7 @@ def merge_group(items: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any
                     f"{'; '.join(diff)}: not one comparison; rename one config or merge them "
                     "separately"
                 )
-            _join(configs[cfg["name"]], cfg, name)
+            joined += _join(configs[cfg["name"]], cfg, name, first_name)
         for v in doc.get("verdicts") or []:
             verdicts.append({**v, "notes": [f"judged in {name}", *(v.get("notes") or [])]})
     first = items[0][1]
@@ -107,7 +140,9 @@ def merge_group(items: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any
         "finished_at": max(str(d.get("finished_at")) for _, d in items),
         "configs": list(configs.values()),
         "verdicts": verdicts,
-        "notes": sorted({n for _, d in items for n in d.get("notes") or []}),
+        "drift": [x for _, d in items for x in d.get("drift") or []],
+        "references": [x for _, d in items for x in d.get("references") or []],
+        "notes": sorted({n for _, d in items for n in d.get("notes") or []} | set(joined)),
         "sources": [
             {"file": n, "host": (d.get("host") or {}).get("hostname"), "gpu": d.get("gpu")}
             for n, d in items
@@ -116,14 +151,14 @@ def merge_group(items: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any
     return annotate(merged)
 
 
-def _join(kept: dict[str, Any], cfg: Mapping[str, Any], name: str) -> None:
-    """Add another file's runs of the same config; its server sessions get new numbers."""
-    offset = max((int(r.get("session", 1)) for r in kept.get("runs", [])), default=0)
-    runs = [{**r, "session": int(r.get("session", 1)) + offset} for r in cfg.get("runs", [])]
-    kept["runs"] = [*kept.get("runs", []), *runs]
+def _join(kept: dict[str, Any], cfg: Mapping[str, Any], name: str, first: str) -> list[str]:
+    """Add another file's record of the same config (runs, load rounds and the rest of what
+    ``join_config`` joins); its server sessions get new numbers. Returns the join's notes."""
+    note = join_config(kept, copy.deepcopy(dict(cfg)), name, first)
     kept["extra"]["sources"].append(name)
     if cfg.get("error") and not kept.get("error"):
         kept["error"] = f"{name}: {cfg['error']}"
+    return [note] if note else []
 
 
 def markdown(groups: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()) -> str:

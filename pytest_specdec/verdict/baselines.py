@@ -339,7 +339,8 @@ def neighbours(root: Path, key: Mapping[str, Any]) -> list[Baseline]:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``path``'s sibling lock file (blocks other writers)."""
+    """An exclusive lock on the sibling lock file of ``path`` (of a link's target)."""
+    path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     lock_path = path.with_name(f".{path.name}.lock")
     with lock_path.open("a") as handle:
