@@ -663,7 +663,7 @@ def test_fault_server_control_measures_normally(suite_project: pytest.Pytester) 
 
 
 def _valid_results() -> str:
-    doc = {"schema": 1, "started_at": "t0", "finished_at": "t1", "configs": [
+    doc = {"schema": 1, "started_at": "t0", "finished_at": "t1", "workload": {}, "configs": [
         {"name": "baseline", "engine": "llamacpp", "config": {}, "runs": []}]}  # fmt: skip
     return json.dumps(doc, indent=2)
 
