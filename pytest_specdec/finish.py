@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.core.results import ConfigRecord, atomic_write_json, merge_worker_results
+from pytest_specdec.core.joins import merge_worker_results
+from pytest_specdec.core.results import ConfigRecord, atomic_write_json
 from pytest_specdec.core.workers import lost_worker_lines, mark_lost_workers, mark_split_configs
 from pytest_specdec.measure.roofline import annotate
 from pytest_specdec.report.summary import cost_line

@@ -20,10 +20,17 @@ import pytest
 from tests_support import missing
 
 from pytest_specdec.cli import main as cli_main
-from pytest_specdec.core.results import ConfigRecord, RunRecord, atomic_write_json, load_results
+from pytest_specdec.core.results import (
+    ConfigRecord,
+    ResultsError,
+    RunRecord,
+    atomic_write_json,
+    load_results,
+)
 from pytest_specdec.gpu.readings import Sample
 from pytest_specdec.gpu.telemetry import RunTelemetry, summarize_device
 from pytest_specdec.report.charts import (
+    ChartInputError,
     ChartsUnavailable,
     check_available,
     results_chart,
@@ -37,11 +44,14 @@ from pytest_specdec.report.export import (
     verdict_properties,
     write_step_summary,
 )
+from pytest_specdec.report.markdown import code, md
 from pytest_specdec.report.summary import config_cells, suite_geomean
 from pytest_specdec.verdict.acceptance import AcceptJudgement, accept_policy, exact_verdict
 from pytest_specdec.verdict.baselines import Baseline
 from pytest_specdec.verdict.judge import Judgement
 from pytest_specdec.verdict.stats import Outcome, SessionSummary, Verdict, VerdictPolicy
+
+REPO = Path(__file__).resolve().parent.parent
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REAL_RESULTS = Path(os.environ.get("SPECDEC_RESULTS_FILE", "results/latest.json"))
@@ -387,6 +397,33 @@ def test_results_chart_writes_a_png(tmp_path: Path) -> None:
     need_matplotlib()
     out = results_chart(synthetic(), tmp_path / "sub" / "results.png")
     assert_png(out)
+
+
+def test_a_chart_of_load_levels_only_is_refused_naming_the_site(tmp_path: Path) -> None:
+    need_matplotlib()
+    doc = load_results(REPO / "docs" / "gpu-run" / "load" / "h200-load.json.gz")
+    with pytest.raises(ChartInputError, match=r"load levels only.*specdec report site"):
+        results_chart(doc, tmp_path / "load.png")
+    assert not (tmp_path / "load.png").exists()
+
+
+def test_report_tables_survive_carriage_returns_and_keep_their_columns() -> None:
+    """A CR or CRLF in a name or a message ends no table row; the level verdicts' table has
+    an alignment for each of its columns, so GitHub renders it as a table."""
+    assert md("b4000\r\n(build abc)") == "b4000<br>(build abc)" == md("b4000\r(build abc)")
+    assert code("quick\r\nsort") == "`quick sort`"
+    doc = load_results(REPO / "docs" / "gpu-run" / "load" / "h200-load.json.gz")
+    lines = markdown_summary(doc).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("#### Level verdicts"))
+    header, rule = lines[at + 2], lines[at + 3]
+    assert header.count(" | ") == rule.count(" | ") == 8
+
+
+def test_a_results_file_with_nan_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "nan.json"
+    path.write_text('{"schema": 1, "configs": [], "workload": {}, "x": NaN}', encoding="utf-8")
+    with pytest.raises(ResultsError, match=r"nan\.json is not valid JSON: NaN where a number"):
+        load_results(path)
 
 
 def write_baseline(path: Path, config: str, days: list[int], base: float) -> None:

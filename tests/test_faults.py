@@ -37,7 +37,8 @@ import pytest_specdec.driver.plan as plan_module
 import pytest_specdec.engines.launch as launch_module
 import pytest_specdec.gpu.nvml as gpu_module
 from pytest_specdec.core.configs import Registry, preset_configs
-from pytest_specdec.core.results import ResultsError, load_results, merge_worker_results
+from pytest_specdec.core.joins import merge_worker_results
+from pytest_specdec.core.results import ResultsError, load_results
 from pytest_specdec.core.suitefile import load_suite_settings
 from pytest_specdec.core.workers import short_test
 from pytest_specdec.core.workloads import load_workload

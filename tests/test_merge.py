@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from pytest_specdec.cli import main
-from pytest_specdec.core.results import atomic_write_json, merge_worker_results
+from pytest_specdec.core.joins import merge_worker_results
+from pytest_specdec.core.results import atomic_write_json
+from pytest_specdec.report.export import markdown_summary
 from pytest_specdec.report.merge import MergeError, load_many, merge
 
 H200 = {"name": "NVIDIA H200", "driver_version": "580.1", "power_limit_w": 700.0,
@@ -78,6 +80,8 @@ def test_two_hardware_keys_two_groups_workers_runs_combined(nightly: Path) -> No
     assert len(draft["extra"]["sources"]) == 2 and len(h200["sources"]) == 2
     assert draft["roofline"]["share"] is not None  # recomputed over the joined runs
     assert len(h200["verdicts"]) == 3 and h200["verdicts"][0]["notes"][0].startswith("judged in")
+    assert h200["options"]["sessions"] == 2  # the header counts the sessions joined
+    assert "in each of 2 server sessions" in markdown_summary(h200)
 
 
 def test_a_config_with_another_key_is_refused_with_the_field(nightly: Path) -> None:

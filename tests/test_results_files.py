@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from pytest_specdec.core.joins import merge_worker_results
 from pytest_specdec.core.results import (
     RESULTS_SCHEMA,
     ResultsError,
     atomic_write_json,
     load_results,
-    merge_worker_results,
     previous_path,
 )
 

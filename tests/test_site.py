@@ -4,6 +4,7 @@ schema versions, missing chart library); the Markdown renderer and the redaction
 
 from __future__ import annotations
 
+import gzip
 import html
 import importlib
 import importlib.util
@@ -93,6 +94,8 @@ def test_the_key_page_marks_the_change_point_and_shows_telemetry(
     assert {"night", "engine", "commit", "tok/s", "95% CI", "accept length", "sessions"} <= hover
     assert len(spec["data"]["values"]) == 40
     assert "GPU 0: 25 measured runs" in text and "sw_power_cap" in text
+    point = view.points[0]  # the change and its CI in one unit
+    assert f"{point.ratio - 1:+.1%} [{point.ci_low - 1:+.1%}, {point.ci_high - 1:+.1%}]" in text
     assert "Latest night" in text and "quicksort" in text
     # the latest night came from a results file: its run page is linked and written
     run = view.nights[-1].run
@@ -106,6 +109,23 @@ def test_the_site_is_small_and_names_no_remote_asset(must_show: tuple[SiteSummar
         text = page.read_text(encoding="utf-8")
         assert "Content-Security-Policy" in text and "connect-src 'none'" in text
         assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), page
+
+
+def test_the_overview_shows_a_verdicts_ratio_and_reads_a_folder_of_gzipped_results(
+    tmp_path: Path,
+) -> None:
+    """The overview's verdict cell carries the suite ratio; a --results folder whose results
+    are kept gzipped is read like one of plain JSON."""
+    committed = REPO / "docs" / "gpu-run" / "dflash" / "h200-dflash-b16-generator1.json"
+    folder = tmp_path / "results"
+    folder.mkdir()
+    with gzip.open(folder / "night.json.gz", "wt", encoding="utf-8") as fh:
+        fh.write(committed.read_text(encoding="utf-8"))
+    site = build_site(tmp_path / "site", tmp_path / "none", [folder])
+    view = next(k for k in site.data.keys if k.key.get("config") == "dflash-b16")
+    ratio = view.verdict()["suite"]["ratio"]  # type: ignore[index]
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert f" {ratio:.3f}x" in overview_row(index, view.slug)
 
 
 def _doc(night: int) -> dict[str, Any]:
@@ -200,8 +220,10 @@ def test_the_markdown_renderer_escapes_everything_but_its_own_tags() -> None:
 def test_commands_reports_and_logs_are_redacted(tmp_path: Path) -> None:
     doc = _doc(0)
     config = doc["configs"][0]
-    config["command"] = ["server", "--api-key", "sekrit-1", "--hf-token=sekrit-2", "--port", "1"]
-    config["env"] = {"HF_TOKEN": "sekrit-3", "CUDA_VISIBLE_DEVICES": "0"}
+    config["command"] = ["server", "--api-key", "sekrit-1", "--hf-token=sekrit-2", "--port", "1",
+                         "--speculative-num-draft-tokens", "4"]  # fmt: skip
+    config["env"] = {"HF_TOKEN": "sekrit-3", "CUDA_VISIBLE_DEVICES": "0",
+                     "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
     config["log_path"] = "/runner/logs/sglang-dflash.log"
     (tmp_path / "results" / "logs").mkdir(parents=True)
     (tmp_path / "results" / "logs" / "sglang-dflash.log").write_text(
@@ -218,6 +240,8 @@ def test_commands_reports_and_logs_are_redacted(tmp_path: Path) -> None:
     assert "sekrit" not in written and "hf_abcdefghij" not in written
     assert "--api-key ***" in page and "CUDA_VISIBLE_DEVICES=0" in page
     assert "max_total_tokens=4096" in written  # not every name with 'token' in it is a secret
+    # a setting whose name holds "tokens" keeps its value, and the page its numbers and data
+    assert "--speculative-num-draft-tokens 4" in page and "TOKENIZERS_PARALLELISM=false" in page
     assert f'href="{run.slug}/{log.name}"' in page and "<h2>Report</h2>" in page
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.core.results import RESULTS_SCHEMA, ConfigRecord, merge_worker_results
+from pytest_specdec.core.joins import merge_worker_results
+from pytest_specdec.core.results import RESULTS_SCHEMA, ConfigRecord
 from pytest_specdec.core.workers import (
     WorkerLedger,
     group_of,

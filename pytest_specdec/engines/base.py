@@ -60,7 +60,11 @@ class LaunchSpec:
         return {k: redact(v, self.secrets) for k, v in self.env.items()}
 
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+# A secret's name holds one of these as a word of its own: --api-key, HF_TOKEN, SECRET_KEY;
+# not --speculative-num-draft-tokens or TOKENIZERS_PARALLELISM, whose values are settings.
+SECRET_NAME = re.compile(
+    r"(?<![a-z])(?:api_?key|key|token|secret|password|passwd|credentials?)(?![a-z])", re.IGNORECASE
+)
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:

@@ -132,6 +132,11 @@ def results_chart(results: Mapping[str, Any], path: Path) -> Path:
     recs, prompts = records(results), prompt_names(results)
     if not recs or not prompts:
         raise ChartInputError("results document has no configs or no prompts: nothing to chart")
+    if not any(r.measured() for r in recs):
+        raise ChartInputError(
+            "results document holds load levels only, no prompt measured one request at a "
+            "time: nothing for this chart; `specdec report site` draws the load curves"
+        )
     verdicts = {v.get("config"): v for v in results.get("verdicts") or []}
     groups = [*prompts, "suite geomean"]
     fig = _figure(max(7.0, 1.6 + 1.15 * len(groups) * max(1.0, len(recs) / 2.5)), 4.8)

@@ -258,7 +258,7 @@ def markdown_section(results: Mapping[str, Any]) -> list[str]:
     rows = [row for j in verdicts for row in verdict_rows(j)]
     if rows:
         out += ["", "#### Level verdicts (Holm across every level of the run)", "",
-                md_table(VERDICT_HEADER, [[code(r[0]), *r[1:]] for r in rows], "lrlrrrrl"),
+                md_table(VERDICT_HEADER, [[code(r[0]), *r[1:]] for r in rows], "lrlrrrrll"),
                 ""]  # fmt: skip
     out += [f"- {md(line)}" for j in verdicts for line in crossover_lines(j)]
     out += [f"- {code(str(j['config']))}: {md(note)}" for j in verdicts

@@ -33,13 +33,16 @@ MARKED = ("REGRESSED", "MISMATCH", "IMPROVED")
 
 
 def md(text: object) -> str:
-    """Free text made safe for a Markdown table cell (HTML escaped, pipes and newlines)."""
-    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\n", "<br>")
+    """Free text made safe for a Markdown table cell (HTML escaped, pipes and line breaks,
+    CR and CRLF among them)."""
+    text = str(text).replace("\r\n", "\n").replace("\r", "\n")
+    return html.escape(text, quote=False).replace("|", "\\|").replace("\n", "<br>")
 
 
 def code(text: object) -> str:
     """Text as an inline code span that is safe in a table cell (no HTML escaping applies)."""
-    return "`" + str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+    flat = str(text).replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+    return "`" + flat.replace("`", "'").replace("|", "\\|") + "`"
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:

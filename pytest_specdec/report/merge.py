@@ -18,9 +18,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.core.results import RESULTS_SCHEMA, ResultsError, join_config, load_results
+from pytest_specdec.core.joins import join_config
+from pytest_specdec.core.results import RESULTS_SCHEMA, ResultsError, load_results
 from pytest_specdec.measure.roofline import annotate
 from pytest_specdec.verdict.baselines import hardware_identity, key_for, key_mismatch
+from pytest_specdec.verdict.sessions import sessions_of
 
 MERGED_SCHEMA = 1
 
@@ -36,7 +38,8 @@ def hardware_of(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def load_many(paths: Sequence[Path]) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """Results files by path; a folder stands for its ``*.json`` files, where other JSON files
+    """Results files by path; a folder stands for its results files (``folder_results``), where
+    other JSON files
     (e.g. pytest-benchmark exports) and an earlier run's results kept beside a results file
     (``<stem>.prev.json``) are skipped with a note. A named file must be results. A
     pytest-xdist worker's file that a merged results file lists (``workers``) is skipped with
@@ -47,8 +50,8 @@ def load_many(paths: Sequence[Path]) -> tuple[list[tuple[str, dict[str, Any]]], 
         if not path.is_dir():
             found.append((path, load_results(path)))
             continue
-        for child in sorted(path.rglob("*.json")):
-            if child.name.endswith(".prev.json"):
+        for child in folder_results(path):
+            if child.name.endswith((".prev.json", ".prev.json.gz")):
                 notes.append(
                     f"skipped: {child} holds an earlier run's results; name it to merge it"
                 )
@@ -61,6 +64,13 @@ def load_many(paths: Sequence[Path]) -> tuple[list[tuple[str, dict[str, Any]]], 
     if not found:
         raise MergeError(f"no results files in {', '.join(map(str, paths))}")
     return [(str(p), d) for p, d in found], notes
+
+
+def folder_results(folder: Path) -> list[Path]:
+    """The results files below ``folder``: ``*.json`` and ``*.json.gz`` (as results are kept
+    gzipped), hidden ones left out, in path order."""
+    found = {p for pattern in ("*.json", "*.json.gz") for p in folder.rglob(pattern)}
+    return sorted(p for p in found if not p.name.startswith("."))
 
 
 def _without_merged_workers(
@@ -133,8 +143,10 @@ def merge_group(items: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any
         for v in doc.get("verdicts") or []:
             verdicts.append({**v, "notes": [f"judged in {name}", *(v.get("notes") or [])]})
     first = items[0][1]
+    most = max((len(sessions_of(c)) for c in configs.values()), default=1)
     merged = {
         **{k: v for k, v in first.items() if k not in ("configs", "verdicts", "notes")},
+        "options": {**(first.get("options") or {}), "sessions": max(most, 1)},  # the joined
         "schema": RESULTS_SCHEMA,
         "started_at": min(str(d.get("started_at")) for _, d in items),
         "finished_at": max(str(d.get("finished_at")) for _, d in items),

@@ -29,6 +29,7 @@ from typing import Any
 from scipy import stats as sps
 
 from pytest_specdec.core.results import RESULTS_SCHEMA, ResultsError, load_results
+from pytest_specdec.report.merge import folder_results
 from pytest_specdec.verdict.baselines import (
     BASELINE_SCHEMA,
     BaselineError,
@@ -281,9 +282,9 @@ def _result_files(paths: Sequence[Path]) -> list[Path]:
     out: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
+            found = folder_results(path)
             if not found:
-                raise SiteError(f"--results folder {path} holds no *.json results files")
+                raise SiteError(f"--results folder {path} holds no results (*.json, *.json.gz)")
             out += found
         elif path.is_file():
             out.append(path)

@@ -33,7 +33,7 @@ def model_text(key: Mapping[str, Any]) -> str:
 
 def change_text(point: ChangePoint) -> str:
     accept = point.accept_change
-    return f"{point.ratio - 1:+.1%} [{point.ci_low:.3f}, {point.ci_high:.3f}]" + (
+    return f"{point.ratio - 1:+.1%} [{point.ci_low - 1:+.1%}, {point.ci_high - 1:+.1%}]" + (
         f", accept length {accept:+.1%}" if accept is not None else ""
     )
 

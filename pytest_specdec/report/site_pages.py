@@ -69,7 +69,7 @@ def _latest(view: KeyView) -> list[str]:
     verdict = view.verdict()
     badge = DASH
     if verdict:
-        ratio = verdict.get("ratio")
+        ratio = (verdict.get("suite") or {}).get("ratio")
         badge = verdict_badge(verdict.get("outcome"), str(verdict.get("message") or ""))
         badge += f" {ratio:.3f}x" if isinstance(ratio, float) else ""
     return [night_cell(night, run, 0), score, badge]
