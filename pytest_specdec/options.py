@@ -247,9 +247,9 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             type=engine_args,
             default=(),
             metavar="'ARGS'",
-            help="more engine flags for every config, appended after the suite file's "
-            "extra_args, shell-quoted and given with '=' (e.g. "
-            "--specdec-engine-args='--attention-backend triton'); part of the baseline key",
+            help="more engine flags for every config, after the suite's extra_args and before "
+            "a config's own args (a flag given twice: the config's wins), shell-quoted, with '=' "
+            "(--specdec-engine-args='--attention-backend triton'); part of the baseline key",
         ),
     ),
     (

@@ -142,7 +142,7 @@ def test_publishing_beyond_loopback_is_refused(host: str) -> None:
         container_config(_spec(8123), DockerSettings(image="img:1"), host, 8123, "x")
     assert f"host {host!r}" in str(info.value)
     assert "loopback address only" in str(info.value)
-    assert "use --specdec-host 127.0.0.1" in str(info.value)
+    assert "give the run a loopback host such as 127.0.0.1" in str(info.value)
 
 
 def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,6 +235,21 @@ def _healthy(url: str) -> Callable[[], bool]:
         return resp.status_code == 200 and resp.json().get("status") == "ok"
 
     return probe
+
+
+def test_a_container_mounts_model_files_folders_and_model_folders(tmp_path: Path) -> None:
+    """A GGUF file's folder, and a model folder itself (SGLang and vLLM are given one), are
+    mounted at their own paths; a hub id mounts nothing."""
+    from pytest_specdec.driver.boot import model_volumes
+
+    gguf = tmp_path / "ggufs" / "target.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    folder = tmp_path / "drafter-hf"
+    folder.mkdir()
+    assert model_volumes((str(gguf), str(folder))) == {
+        str(gguf.parent): str(gguf.parent), str(folder): str(folder)}  # fmt: skip
+    assert model_volumes(("Qwen/Qwen3-8B", None)) == {}
 
 
 @pytest.mark.docker

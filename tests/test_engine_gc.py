@@ -158,6 +158,35 @@ def test_an_engine_without_a_collector_to_freeze_is_refused_before_it_boots(
         runner.close()
 
 
+@pytest.mark.parametrize(
+    ("engine", "args", "extra", "named"),
+    [("llamacpp", ("--port", "9000"), (), "--port"),
+     ("llamacpp", (), ("-m", "/other.gguf"), "-m"),
+     ("sglang", ("--model-path=org/other",), (), "--model-path"),
+     ("vllm", ("--host", "0.0.0.0"), (), "--host")],
+)  # fmt: skip
+def test_flags_the_plugin_sets_itself_are_refused_before_a_boot(
+    tmp_path: Path, engine: str, args: tuple[str, ...], extra: tuple[str, ...], named: str
+) -> None:
+    """A port, host or target model in a config's args or the engine's: the engine would
+    take the later one, listening where no probe looks or loading a model the record does
+    not name. Refused at the plan, naming the flag and the fix."""
+    from pytest_specdec.core.configs import SpecConfig
+
+    mine = SpecConfig(name="mine", engine=engine, args=args)
+    registry = Registry([*preset_configs(), mine])
+    settings = RunSettings(engine=engine, runs=1, results_path=tmp_path / "r.json",
+                           config_names=("mine",))  # fmt: skip
+    suite = SuiteSettings(engines={engine: EngineSettings(extra_args=extra)})
+    runner = Runner(settings, registry, suite, load_workload("seed"))
+    try:
+        said = rf"config mine: {named} given in its args or the engine's, .*drop them, and name"
+        with pytest.raises(ConfigError, match=said + rf" the target in \[models.{engine}\]"):
+            runner.planner.plan(runner.configs[0])
+    finally:
+        runner.close()
+
+
 def test_the_suite_file_takes_freeze_gc_as_a_boolean(tmp_path: Path) -> None:
     suite = tmp_path / "s.toml"
     suite.write_text("[engines.sglang]\nfreeze_gc = true\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import stat
 import sys
 from collections.abc import Sequence
@@ -342,6 +343,19 @@ def test_api_key_is_passed_but_redacted(cfg: SpecConfig) -> None:
     assert API_KEY not in json.dumps(spec.redacted_env())
 
 
+def test_secret_looking_env_values_are_recorded_hidden_and_settings_kept() -> None:
+    """A token in a config's or a suite's env is recorded as ***, in the launch record and in
+    the config's record alike (its hash still holds it); a setting whose name merely contains
+    "tokens" keeps its value."""
+    env = {"HF_TOKEN": "hf_abc123", "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": "0"}
+    spec = LaunchSpec(["server", "--speculative-num-draft-tokens", "4"], env)
+    assert spec.redacted_env() == {**env, "HF_TOKEN": "***"}
+    cfg = SpecConfig(name="mine", engine="sglang", env=dict(env))
+    recorded = cfg.to_dict()
+    assert recorded["env"] == {**env, "HF_TOKEN": "***"} and "hf_abc123" not in json.dumps(recorded)
+    assert recorded["sha256"] == cfg.sha256 != SpecConfig(name="mine", engine="sglang").sha256
+
+
 @pytest.mark.parametrize("cfg", [pytest.param(c, id=c.qualified_name) for c in PRESETS])
 def test_no_api_key_no_flag(cfg: SpecConfig) -> None:
     spec = launch(cfg, api_key=None)
@@ -468,8 +482,21 @@ def test_llamacpp_missing_binary_names_the_fix(tmp_path: Path) -> None:
 def test_llamacpp_non_executable_file_is_refused(tmp_path: Path) -> None:
     plain = tmp_path / "llama-server"
     plain.write_text("not a program", encoding="utf-8")
-    with pytest.raises(EngineNotInstalled, match="not an executable file"):
+    with pytest.raises(EngineNotInstalled, match=r"\(from \[engines.llamacpp\] binary\) is not "
+                       "an executable file: point"):  # fmt: skip
         LlamaCppEngine(EngineSettings(binary=str(plain))).check_installed()
+
+
+def test_llamacpp_a_folder_named_by_the_environment_is_refused_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder passes an executable check (it can be entered) and failed only at launch with
+    "Permission denied"; it is refused before, naming the variable to fix or unset."""
+    monkeypatch.setenv(llamacpp.ENV_BINARY, str(tmp_path))
+    var = re.escape(f"${llamacpp.ENV_BINARY}")
+    said = rf"from {var}\) is not an executable file: point {var} at a built llama-server"
+    with pytest.raises(EngineNotInstalled, match=said):
+        LlamaCppEngine().check_installed()
 
 
 def test_llamacpp_nothing_found_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

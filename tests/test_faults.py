@@ -139,6 +139,50 @@ def _engine_runner(tmp_path: Path, model: Path, **options: Any) -> Runner:
 # (test_invalid_engine_flag_fails_fast_with_engine_error, test_missing_model_file_is_a_clear_error).
 
 
+def test_an_engine_that_exits_before_ready_takes_its_workers_and_hides_its_secrets(
+    tmp_path: Path,
+) -> None:
+    """An engine whose main process dies during its boot leaves a worker of its own behind
+    (SGLang's scheduler): the failed boot stops the whole group, so the next config boots on a
+    free machine. Its log is private (an engine may log its API key, as SGLang does), and a
+    server's failure text hides the key in the log tail."""
+    from pytest_specdec.driver.boot import Server
+
+    argv = ["sh", "-c", "sleep 60 & echo \"server_args=ServerArgs(api_key='sk-9f3e2a')\"; exit 3"]
+    proc = start_process(argv, {}, tmp_path / "engine.log")
+    with pytest.raises(LaunchError, match="engine exited with code 3 before it was ready"):
+        wait_ready(proc, lambda: False, timeout_s=30)
+    deadline = time.monotonic() + 10
+    while group_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert group_members(proc.pid) == []  # its sleeping worker stopped with it
+    assert (tmp_path / "engine.log").stat().st_mode & 0o777 == 0o600
+    server = Server(None, None, "", None, None, process=proc, secrets=("sk-9f3e2a",))  # type: ignore[arg-type]
+    said = server.died("engine exited with code 3")
+    assert "api_key='***'" in said and "sk-9f3e2a" not in said
+
+
+def test_a_readiness_timeout_names_the_setting_that_raises_it(tmp_path: Path) -> None:
+    proc = start_process(["sleep", "30"], {}, tmp_path / "engine.log")
+    said = r"raise startup_timeout_s in the suite file's \[engines.<engine>\] table, or pass"
+    with pytest.raises(LaunchError, match=said + " --specdec-startup-timeout SECONDS"):
+        wait_ready(proc, lambda: False, timeout_s=0.3)
+    assert group_members(proc.pid) == []
+
+
+def test_only_an_engines_bind_error_is_a_port_clash() -> None:
+    """SGLang logs its server_args at every start, with "bind" and "port" in them: an early
+    crash (out of GPU memory) is no port clash to boot again on another port."""
+    from pytest_specdec.driver.boot import port_clash
+
+    crash = ("server_args=ServerArgs(host='127.0.0.1', port=30000, decoupled_spec_bind_endpoint="
+             "None)\ntorch.OutOfMemoryError: CUDA out of memory")  # fmt: skip
+    assert not port_clash(crash)
+    assert port_clash("couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080")
+    assert port_clash("[Errno 98] error while attempting to bind on address ('127.0.0.1', "
+                      "30000): address already in use")  # fmt: skip
+
+
 @pytest.mark.engine
 def test_port_taken_fails_fast_with_the_bind_error(
     llama_server: Path, models: dict[str, Path], tmp_path: Path

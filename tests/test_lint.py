@@ -494,6 +494,10 @@ def test_the_parser_is_asked_once_per_command_line_whatever_the_port(
         "--model-path", "m", "--port", "30000", "--tp", "1",
     ]  # fmt: skip
     assert probe_argv(["--port=5", "--port"]) == ["--port=30000", "--port"]
+    # the API key's private YAML (a new folder and port each boot) is no part of the key
+    keyed = ["--model-path", "m", "--config", "/tmp/specdec-x1/sglang-41234.yaml"]
+    assert probe_argv(keyed) == ["--model-path", "m"]
+    assert probe_argv(["--config", "mine.yaml"]) == ["--config", "mine.yaml"]
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     monkeypatch.delenv("SPECDEC_SCRIPT_CACHE", raising=False)
     argv = ["--model-path", "org/target", "--host", "127.0.0.1", "--no-such-flag"]

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.engine_table import ENGINE_TABLE
+from pytest_specdec.core.values import masked
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -145,11 +146,14 @@ class SpecConfig:
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as recorded: its identity (secret-looking env values hidden: the hash
+        holds them), description, source and hash."""
         out = self.identity()
+        out["env"] = masked(out["env"])
         out.update(description=self.description, source=self.source, sha256=self.sha256)
         if self.alternatives:
             out["alternatives"] = {
-                name: {"args": list(args), "env": dict(env)}
+                name: {"args": list(args), "env": masked(dict(env))}
                 for name, (args, env) in self.alternatives.items()
             }
         return out

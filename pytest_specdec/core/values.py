@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -180,3 +181,15 @@ def fail_on(value: str) -> tuple[str, ...]:
             "regressed,inconclusive"
         )
     return parts
+
+
+# A secret's name holds one of these as a word of its own: --api-key, HF_TOKEN, SECRET_KEY;
+# not --speculative-num-draft-tokens or TOKENIZERS_PARALLELISM, whose values are settings.
+SECRET_NAME = re.compile(
+    r"(?<![a-z])(?:api_?key|key|token|secret|password|passwd|credentials?)(?![a-z])", re.IGNORECASE
+)
+
+
+def masked(env: dict[str, str]) -> dict[str, str]:
+    """``env`` as it may be recorded: the value of every secret-looking name hidden."""
+    return {k: "***" if SECRET_NAME.search(k) else v for k, v in env.items()}

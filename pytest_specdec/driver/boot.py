@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -63,6 +63,13 @@ class Server:
     # "GPU time per verdict"); ``record.extra["cost"]`` lists it per session.
     cost: dict[str, float | None] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
+    secrets: tuple[str, ...] = ()  # values never to show (the API key), in its log tail too
+
+    def died(self, what: str) -> str:
+        """``what`` with the engine's log tail, secrets hidden (SGLang logs its API key)."""
+        assert self.process is not None
+        return redact(str(self.process.failure(what)), self.secrets)
+
     flushed: set[str] = field(default_factory=set)  # prompts whose caches were reset (flush)
     texts: dict[str, str] | None = None  # prompt id -> the text sent, where the harness renders
 
@@ -110,8 +117,8 @@ class Booter:
         """The external server of ``--specdec-server-url``, once it answers ready."""
         engine, url = plan.engine, plan.base_url
         server = Server(plan.config, engine, url, self.client(url), record)
-        deadline = time.monotonic() + plan.startup_timeout_s
-        while not self.loop.run(engine.is_ready(server.client)):
+        deadline, probe = time.monotonic() + plan.startup_timeout_s, self.probe(server)
+        while not probe():  # each probe bounded: a hung server must not outlast the timeout
             if time.monotonic() > deadline:
                 path = engine.readiness_path
                 raise LaunchError(
@@ -139,7 +146,7 @@ class Booter:
             plan.write(record)
             assert plan.spec is not None and plan.log_path is not None
             server = Server(plan.config, plan.engine, plan.base_url, self.client(plan.base_url),
-                            record, plan.target)  # fmt: skip
+                            record, plan.target, secrets=plan.spec.secrets)  # fmt: skip
             try:
                 server.process = self.start(plan)
                 record.boot_s = wait_ready(
@@ -148,10 +155,12 @@ class Booter:
                 time.sleep(SETTLE_S)
                 code = server.process.exited()
                 if code is not None:  # something else answered on the port: never measure it
-                    raise server.process.failure(
+                    failed = server.process.failure(
                         f"engine exited with code {code} although port {plan.port} answered: "
                         "another server holds that port"
                     )
+                    server.process.stop(0)
+                    raise failed
             except LaunchError as exc:
                 self.close_client(server)
                 if attempt + 1 < PORT_RETRIES and port_clash(str(exc)):
@@ -174,9 +183,8 @@ class Booter:
         from pytest_specdec.engines.container import start_container
 
         binary = self.settings.docker_binary or DOCKER_BINARIES.get(cfg.engine, spec.argv[0])
-        models = (plan.target, plan.draft)
-        folders = {str(Path(m).parent) for m in models if m and Path(m).is_file()}
-        settings = replace(docker, volumes={**{f: f for f in folders}, **docker.volumes})
+        volumes = {**model_volumes((plan.target, plan.draft)), **docker.volumes}
+        settings = replace(docker, volumes=volumes)
         in_image = LaunchSpec([binary, *spec.argv[1:]], spec.env, spec.secrets)
         name = f"specdec-{os.getpid()}-{cfg.name}-{plan.port}"
         return start_container(in_image, settings, self.settings.host, plan.port, log_path, name)
@@ -197,6 +205,13 @@ class Booter:
             self.loop.run(server.client.aclose(), timeout=10)
 
 
+def model_volumes(models: Sequence[str | None]) -> dict[str, str]:
+    """The host folders a container mounts (at the same path) to see ``models``: a model
+    file's folder, or a model folder itself (Hugging Face layout); hub ids mount nothing."""
+    found = [Path(m) for m in models if m and Path(m).exists()]
+    return {str(p if p.is_dir() else p.parent): str(p if p.is_dir() else p.parent) for p in found}
+
+
 def lint_hint(engine: Engine, spec: LaunchSpec) -> str:
     """The linter's findings as extra lines of a boot failure, or nothing."""
     try:
@@ -206,10 +221,13 @@ def lint_hint(engine: Engine, spec: LaunchSpec) -> str:
     return "".join(f"\nlint: {f}" for f in findings)
 
 
+# What an engine says when its port is taken: llama-server's "couldn't bind HTTP server socket",
+# uvicorn's (SGLang, vLLM) "[Errno 98] ... address already in use". Not any text with "bind"
+# and "port" in it: SGLang logs its server_args (decoupled_spec_bind_endpoint, port=...) at
+# every start, and an early crash read as a clash was booted three times.
+PORT_TAKEN = ("address already in use", "couldn't bind", "errno 98", "eaddrinuse")
+
+
 def port_clash(message: str) -> bool:
     text = message.lower()
-    return (
-        "address already in use" in text
-        or "couldn't bind" in text
-        or ("bind" in text and "port" in text)
-    )
+    return any(sign in text for sign in PORT_TAKEN)

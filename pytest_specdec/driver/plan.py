@@ -140,6 +140,7 @@ class Planner:
                 "freeze the engine's garbage collector (SGLang's can, through its /freeze_gc); "
                 f"drop freeze_gc from [engines.{cfg.engine}]"
             )
+        owned_flags(cfg, engine.settings.extra_args)
         cfg, how = self.interface(cfg, engine)
         if self.settings.server_url:
             url = str(self.settings.server_url).rstrip("/")
@@ -371,3 +372,24 @@ def first_accepted(
             return label, tried, None
         tried[label] = "; ".join(str(f) for f in found)
     return None, tried, None
+
+
+# Flags the plugin sets itself: the target it records (name and sha256) and the address it
+# probes. Given again in a config's or the engine's args, the engine takes the later one: it
+# loads another model than the record names, or listens where no probe looks.
+OWNED = {"llamacpp": ("-m", "--model"), "sglang": ("--model-path", "--model"),
+         "vllm": ("--model",)}  # fmt: skip
+
+
+def owned_flags(cfg: SpecConfig, extra_args: Sequence[str]) -> None:
+    """ConfigError naming the flags of ``cfg``'s args or the engine's ``extra_args`` that the
+    plugin sets itself (``OWNED``, and ``--host`` and ``--port`` for every engine)."""
+    owned = {*OWNED.get(cfg.engine, ()), "--host", "--port"}
+    taken = sorted({a.partition("=")[0] for a in (*extra_args, *cfg.args)} & owned)
+    if taken:
+        raise ConfigError(
+            f"config {cfg.name}: {', '.join(taken)} given in its args or the engine's, but the "
+            "plugin sets the target model, host and port itself (it records the model it loads "
+            f"and probes the port it picked): drop them, and name the target in "
+            f"[models.{cfg.engine}] or with --specdec-model"
+        )

@@ -264,9 +264,7 @@ class Steps:
         if rec.error is not None and server.process is not None:
             code = server.process.exited()
             if code is not None:  # the engine died: say so, with its log tail, not just the socket
-                rec.error = str(
-                    server.process.failure(f"engine exited with code {code}: {rec.error}")
-                )
+                rec.error = server.died(f"engine exited with code {code}: {rec.error}")
         if window.telemetry is not None:
             rec.gpu = telemetry_dict(window.telemetry, rec.output_tokens)
             if phase == "measure":

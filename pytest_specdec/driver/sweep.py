@@ -184,7 +184,7 @@ class SweepSteps(Steps):
         code = server.process.exited()
         if code is None:
             return result
-        died = str(server.process.failure(f"engine exited with code {code} during the round"))
+        died = server.died(f"engine exited with code {code} during the round")
         return replace(result, errors=(died, *result.errors))
 
     def _hygiene(

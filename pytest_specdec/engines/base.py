@@ -20,6 +20,7 @@ import httpx
 from pytest_specdec.core.configs import SpecConfig
 from pytest_specdec.core.results import RunRecord
 from pytest_specdec.core.suitefile import EngineSettings
+from pytest_specdec.core.values import SECRET_NAME, masked
 from pytest_specdec.engines.lint import Finding
 from pytest_specdec.measure.client import RequestFailed, StreamOutcome, get, post_json, stream_sse
 from pytest_specdec.measure.levels import LoadLimits
@@ -57,14 +58,8 @@ class LaunchSpec:
         return [redact(a, self.secrets) for a in self.argv]
 
     def redacted_env(self) -> dict[str, str]:
-        return {k: redact(v, self.secrets) for k, v in self.env.items()}
-
-
-# A secret's name holds one of these as a word of its own: --api-key, HF_TOKEN, SECRET_KEY;
-# not --speculative-num-draft-tokens or TOKENIZERS_PARALLELISM, whose values are settings.
-SECRET_NAME = re.compile(
-    r"(?<![a-z])(?:api_?key|key|token|secret|password|passwd|credentials?)(?![a-z])", re.IGNORECASE
-)
+        """The environment as recorded: secrets, and values of secret-looking names, hidden."""
+        return masked({k: redact(v, self.secrets) for k, v in self.env.items()})
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:

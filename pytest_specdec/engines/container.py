@@ -153,7 +153,7 @@ def publish_address(host: str) -> str:
     if not loopback:
         raise DockerLaunchError(
             f"host {host!r}: the docker launcher publishes the engine port on a loopback address "
-            "only (never on every interface); use --specdec-host 127.0.0.1"
+            "only (never on every interface); give the run a loopback host such as 127.0.0.1"
         )
     return address
 

@@ -180,7 +180,8 @@ def start_process(
     to ``cpus`` (CPU affinity, inherited by every thread it starts) when given."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, **env, ENGINE_MARKER: lineage()}
-    with log_path.open("ab") as log:
+    # private (0600): an engine may log what it was given (SGLang its server_args, API key too)
+    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
         try:
             proc = subprocess.Popen(
                 list(argv),
@@ -204,19 +205,26 @@ def wait_ready(
     poll_s: float = 0.2,
     sleep: Callable[[float], None] = time.sleep,
 ) -> float:
-    """Poll ``probe`` until True; return seconds waited. Fail fast if the process exits."""
+    """Poll ``probe`` until True; return seconds waited. Fail fast if the process exits (its
+    workers stopped with it: they would hold the machine while the next config boots)."""
     deadline = time.monotonic() + timeout_s
     while True:
         code = proc.exited()
         if code is not None:
-            raise proc.failure(
+            failed = proc.failure(
                 f"engine exited with code {code} before it was ready: {' '.join(proc.argv[:1])}"
             )
+            proc.stop(0)
+            raise failed
         if probe():
             return (time.perf_counter_ns() - proc.started_ns) / 1e9
         if time.monotonic() >= deadline:
             proc.stop()
-            raise proc.failure(f"engine not ready after {timeout_s:.0f} s (readiness timeout)")
+            raise proc.failure(
+                f"engine not ready after {timeout_s:.0f} s (readiness timeout): a model that "
+                "loads longer needs more; raise startup_timeout_s in the suite file's "
+                "[engines.<engine>] table, or pass --specdec-startup-timeout SECONDS"
+            )
         sleep(poll_s)
 
 

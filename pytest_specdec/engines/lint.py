@@ -280,14 +280,20 @@ PROBE_PORT = "30000"
 
 def probe_argv(argv: Sequence[str]) -> list[str]:
     """``argv`` with its port set to one value: the parser takes any port alike, and the
-    cached result of a command line then serves every boot of it (each picks a free port)."""
+    cached result of a command line then serves every boot of it (each picks a free port).
+    The private YAML that carries the API key (``--config .../sglang-<port>.yaml``, a new
+    folder each boot) is left out: it holds the key alone, which no finding depends on."""
     out = list(argv)
     for i, arg in enumerate(out):
         if arg == "--port" and i + 1 < len(out):
             out[i + 1] = PROBE_PORT
         elif arg.startswith("--port="):
             out[i] = f"--port={PROBE_PORT}"
-    return out
+    at = [i for i, a in enumerate(out[:-1]) if a == "--config" and KEY_YAML.search(out[i + 1])]
+    return [a for i, a in enumerate(out) if not any(i in (j, j + 1) for j in at)]
+
+
+KEY_YAML = re.compile(r"(^|/)sglang-\d+\.yaml$")  # engines/sglang.py writes the key there
 
 
 def sglang_probe(python: str, argv: Sequence[str], timeout: float = 120.0) -> dict[str, object]:

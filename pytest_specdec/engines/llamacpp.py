@@ -78,9 +78,12 @@ class LlamaCppEngine(EngineBase):
                 f"llama-server not found (looked at [engines.llamacpp] binary, ${ENV_BINARY}, "
                 f"PATH and {cache_root() / 'llama.cpp'}); {SETUP_HINT}, or set ${ENV_BINARY}"
             )
-        if not os.access(binary, os.X_OK):
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            where = "[engines.llamacpp] binary" if settings.binary else f"${ENV_BINARY}"
+            where = where if settings.binary or os.environ.get(ENV_BINARY) else "the set-up cache"
             raise EngineNotInstalled(
-                f"llama-server at {binary} is not an executable file; {SETUP_HINT}"
+                f"llama-server at {binary} (from {where}) is not an executable file: point "
+                f"{where} at a built llama-server, or unset it; {SETUP_HINT}"
             )
 
     def build_command(self, ctx: BootContext) -> LaunchSpec:

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.engines.base import SECRET_NAME, redact
+from pytest_specdec.core.values import SECRET_NAME
+from pytest_specdec.engines.base import redact
 from pytest_specdec.report.export import hardware_label, markdown_summary
 from pytest_specdec.report.site_assets import DASH, esc, night_cell, num, page, table, verdict_badge
 from pytest_specdec.report.site_charts import sparkline
