@@ -41,10 +41,10 @@ from pytest_specdec.measure.levels import (
     phase_means,
     rounds_of,
 )
-from pytest_specdec.verdict.work import HOST_PACED_PHASES, gpu_work_s
 from pytest_specdec.verdict.machines import machine_of
 from pytest_specdec.verdict.planning import history_mde
 from pytest_specdec.verdict.stats import SessionSummary
+from pytest_specdec.verdict.work import HOST_PACED_PHASES, gpu_work_s
 
 
 def measured(config: dict[str, Any], clients: int) -> list[RoundResult]:
