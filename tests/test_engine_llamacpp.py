@@ -493,6 +493,10 @@ def test_the_lossless_reference_is_stored_and_reused_while_its_inputs_stay_the_s
     reference (said in a note); another max_tokens is another key and boots it again."""
     monkeypatch.setenv("SPECDEC_REFERENCE_CACHE", "1")
     prompt = f"Name three rivers of Europe ({uuid.uuid4().hex[:8]})."  # a key of its own
+    suite = suite_project.path / "suites" / "specdec.toml"  # a token in the engine's env
+    token = 'startup_timeout_s = 120\nenv = { HF_TOKEN = "hf_lossless0secret" }'
+    text = suite.read_text(encoding="utf-8").replace("startup_timeout_s = 120", token, 1)
+    suite.write_text(text, encoding="utf-8")
     suite_project.makefile(".jsonl", one=json.dumps({"id": "rivers", "prompt": prompt}))
     out = suite_project.path / "r.json"
     args = ("suites/test_lossless.py", "--spec-config", "self-draft-d16", "--specdec-workload",
@@ -508,6 +512,7 @@ def test_the_lossless_reference_is_stored_and_reused_while_its_inputs_stay_the_s
     (note,) = [n for n in data["notes"] if "the stored outputs of an earlier boot" in n]
     stored = Path(note.split("(", 1)[1].split(")", 1)[0])
     assert stored.is_file() and stored.parent.name == "lossless"
+    assert "hf_lossless0secret" not in stored.read_text() + out.read_text()  # the key hides it
     (config,) = data["configs"]
     assert config["extra"]["lossless"]["rivers"]["outcome"] == "identical"
     longer = suite_project.runpytest_subprocess(*args, "--specdec-max-tokens", "25")

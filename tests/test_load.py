@@ -401,6 +401,12 @@ def test_a_rerun_with_nothing_changed_is_flagged_at_no_level(tmp_path: Path) -> 
     assert {lv.verdict.outcome for lv in judged.levels.values() if lv.verdict} <= {
         Outcome.UNCHANGED, Outcome.INCONCLUSIVE}  # fmt: skip
     assert all(lv.verdict and lv.verdict.mde <= 0.05 for lv in judged.levels.values())
+    assert not any("not measured tonight" in n for n in judged.notes)
+    # a night that measures fewer levels than the baseline holds says which it left out
+    fewer = _config("spec", {c: _noisy(c, 100.0 * (1 + c / 100)) for c in (1, 4)})
+    partial = judge_load_history(fewer, baseline, POLICY)
+    assert set(partial.levels) == {1, 4}
+    assert "not measured tonight, though the baseline holds them: 16, 64 clients" in partial.notes
 
 
 def _timed(config: dict[str, Any], phases: dict[int, dict[str, float]]) -> dict[str, Any]:

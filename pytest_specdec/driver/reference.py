@@ -24,6 +24,7 @@ from typing import Any
 from pytest_specdec.core.configs import SpecConfig
 from pytest_specdec.core.modelfile import cache_root, model_identity
 from pytest_specdec.core.results import ConfigRecord, atomic_write_json, host_fingerprint
+from pytest_specdec.core.values import masked
 from pytest_specdec.core.workloads import Prompt
 from pytest_specdec.driver.boot import Server
 from pytest_specdec.driver.steps import Steps
@@ -99,7 +100,7 @@ class ReferenceSteps(Steps):
             "engine_version": version,
             "target_sha256": sha,
             "engine_args": list(engine.settings.extra_args),
-            "engine_env": dict(sorted(engine.settings.env.items())),
+            "engine_env": masked(dict(sorted(engine.settings.env.items()))),  # no token kept
             "hardware": hardware_identity(host_fingerprint(), devices),
             "requests": [asdict(self.greedy_spec(p)) for p in self.workload.prompts],
         }

@@ -226,6 +226,11 @@ def judge_load_history(
             round_wall_s=statistics.fmean(walls) if walls else None,
             work=work_verdict(rounds, cells, policy),
         ).explain()  # fmt: skip
+    held = {int(c) for s in baseline.sessions for c in (s.get("levels") or {})}
+    unmeasured = sorted(held - set(levels_of(config)))
+    if unmeasured:  # a level the baseline judges that this run did not measure
+        out.notes.append(f"not measured tonight, though the baseline holds them: "
+                         f"{', '.join(map(str, unmeasured))} clients")  # fmt: skip
     if not out.levels:
         out.status, out.message = NO_DATA, "; ".join(out.notes) or "no level to judge"
         return out
