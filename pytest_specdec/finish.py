@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_specdec.core.joins import merge_worker_results
-from pytest_specdec.core.results import ConfigRecord, atomic_write_json
+from pytest_specdec.core.results import ConfigRecord, atomic_write_json, write_results_file
 from pytest_specdec.core.workers import lost_worker_lines, mark_lost_workers, mark_split_configs
 from pytest_specdec.measure.roofline import annotate
 from pytest_specdec.report.summary import cost_line
@@ -90,7 +90,7 @@ def finish_controller(session: pytest.Session, state: SpecdecState) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     state.merged = annotate(state.merged)  # runs of a config may come from several workers
     config.hook.pytest_specdec_results(config=config, document=state.merged)
-    atomic_write_json(state.results_path, state.merged)
+    write_results_file(state.results_path, state.merged)
     state.summary_lines += write_reports(config, state.merged)
 
 

@@ -18,6 +18,7 @@ from pytest_specdec.core.results import (
     atomic_write_json,
     load_results,
     previous_path,
+    write_results_file,
 )
 
 
@@ -66,20 +67,20 @@ def test_a_linked_results_file_stays_a_link_and_its_target_is_written(tmp_path: 
 def test_a_new_run_keeps_the_measurements_of_the_run_it_replaces(tmp_path: Path) -> None:
     path = tmp_path / "results" / "latest.json"
     measured = doc([config("ngram")], started="2026-12-01T02:00:00+00:00")
-    atomic_write_json(path, measured)
-    atomic_write_json(path, measured)  # the same run again: nothing to keep
+    write_results_file(path, measured)
+    write_results_file(path, measured)  # the same run again: nothing to keep
     assert not previous_path(path).exists()
     failed = doc([{**config("ngram", ok=False), "error": "server not ready"}], "2026-12-02")
-    atomic_write_json(path, failed)
+    write_results_file(path, failed)
     assert previous_path(path) == tmp_path / "results" / "latest.prev.json"
     assert load_results(previous_path(path)) == measured
-    atomic_write_json(path, {**failed, "notes": ["later write of the same run"]})
-    atomic_write_json(path, doc([config("ngram")], started="2026-12-03"))
+    write_results_file(path, {**failed, "notes": ["later write of the same run"]})
+    write_results_file(path, doc([config("ngram")], started="2026-12-03"))
     assert load_results(previous_path(path)) == measured  # the failed run measured nothing
     loads = doc([{**config("ngram", ok=False), "extra": {"load": [load_round(4)]}}], "2026-12-04")
-    atomic_write_json(path, loads)
+    write_results_file(path, loads)
     assert load_results(previous_path(path))["started_at"] == "2026-12-03"  # an older copy replaced
-    atomic_write_json(path, doc([], started="2026-12-05"))
+    write_results_file(path, doc([], started="2026-12-05"))
     assert load_results(previous_path(path)) == loads  # a load round is a measurement too
     assert sorted(p.name for p in path.parent.iterdir()) == ["latest.json", "latest.prev.json"]
     assert previous_path(tmp_path / "r.json.gz").name == "r.prev.json.gz"

@@ -240,7 +240,7 @@ def atomic_replace(path: Path, write: Callable[[Path], object], suffix: str = ".
 def atomic_write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (``atomic_replace``), with the permissions of the file it
     replaces (or a new file's); gzipped where the name ends in ``.gz``, as ``load_results``
-    reads it. A results document first keeps another run's measurements (``keep_previous``)."""
+    reads it."""
     clean = _clean(data)
 
     def write(tmp: Path) -> None:
@@ -249,8 +249,14 @@ def atomic_write_json(path: Path, data: Any) -> None:
             json.dump(clean, fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
 
-    keep_previous(path, clean)
     atomic_replace(path, write)
+
+
+def write_results_file(path: Path, doc: Mapping[str, Any]) -> None:
+    """Write a run's results document (``atomic_write_json``), the first write of the run
+    keeping another run's measurements found there (``keep_previous``)."""
+    keep_previous(path, doc)
+    atomic_write_json(path, doc)
 
 
 def previous_path(path: Path) -> Path:
@@ -262,12 +268,10 @@ def previous_path(path: Path) -> Path:
 _KEPT: set[tuple[Path, str]] = set()  # (results file, started_at) whose first write is done
 
 
-def keep_previous(path: Path, doc: Any) -> None:
+def keep_previous(path: Path, doc: Mapping[str, Any]) -> None:
     """Before a run's first write of its results document: a file there of another run
     (another ``started_at``) that holds measurements is copied to ``previous_path`` (atomically,
     replacing an older copy): a run that fails early (its server never came up) keeps them."""
-    if not isinstance(doc, dict) or doc.get("schema") != RESULTS_SCHEMA or "configs" not in doc:
-        return
     target, started = path.resolve(), str(doc.get("started_at"))
     if "started_at" not in doc or (target, started) in _KEPT:
         return
@@ -282,10 +286,10 @@ def keep_previous(path: Path, doc: Any) -> None:
 
 def _measured(doc: Mapping[str, Any]) -> bool:
     """Whether a results document holds a run measured without an error, or a load round."""
-    return any(
-        (r.get("ok") and r.get("phase", "measure") == "measure") or not r.get("warmup", True)
-        for c in doc["configs"]
-        for r in [*c["runs"], *((c.get("extra") or {}).get("load") or [])]
+    runs = [r for c in doc["configs"] for r in c["runs"]]
+    rounds = [e for c in doc["configs"] for e in (c.get("extra") or {}).get("load") or []]
+    return any(r.get("ok") and r.get("phase", "measure") == "measure" for r in runs) or any(
+        not e.get("warmup") for e in rounds
     )
 
 

@@ -64,14 +64,13 @@ class Server:
     cost: dict[str, float | None] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     secrets: tuple[str, ...] = ()  # values never to show (the API key), in its log tail too
+    flushed: set[str] = field(default_factory=set)  # prompts whose caches were reset (flush)
+    texts: dict[str, str] | None = None  # prompt id -> the text sent, where the harness renders
 
     def died(self, what: str) -> str:
         """``what`` with the engine's log tail, secrets hidden (SGLang logs its API key)."""
         assert self.process is not None
         return redact(str(self.process.failure(what)), self.secrets)
-
-    flushed: set[str] = field(default_factory=set)  # prompts whose caches were reset (flush)
-    texts: dict[str, str] | None = None  # prompt id -> the text sent, where the harness renders
 
 
 def resolve_configs(
@@ -209,7 +208,8 @@ def model_volumes(models: Sequence[str | None]) -> dict[str, str]:
     """The host folders a container mounts (at the same path) to see ``models``: a model
     file's folder, or a model folder itself (Hugging Face layout); hub ids mount nothing."""
     found = [Path(m) for m in models if m and Path(m).exists()]
-    return {str(p if p.is_dir() else p.parent): str(p if p.is_dir() else p.parent) for p in found}
+    folders = {str(p if p.is_dir() else p.parent) for p in found}
+    return {folder: folder for folder in folders}
 
 
 def lint_hint(engine: Engine, spec: LaunchSpec) -> str:

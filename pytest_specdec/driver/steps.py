@@ -21,10 +21,10 @@ from pytest_specdec.core.configs import ConfigError, Registry, SpecConfig
 from pytest_specdec.core.results import (
     ConfigRecord,
     RunRecord,
-    atomic_write_json,
     finalize_timings,
     results_document,
     utc_now,
+    write_results_file,
 )
 from pytest_specdec.core.suitefile import SuiteSettings
 from pytest_specdec.core.workloads import Prompt, Workload
@@ -363,7 +363,7 @@ class Steps:
             doc = doc if doc is not None else self.document()
             if self.on_write is not None:
                 self.on_write(doc)
-            atomic_write_json(self.settings.results_path, doc)
+            write_results_file(self.settings.results_path, doc)
 
     def close(self) -> None:
         self.write_results()

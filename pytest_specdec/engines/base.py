@@ -20,7 +20,7 @@ import httpx
 from pytest_specdec.core.configs import SpecConfig
 from pytest_specdec.core.results import RunRecord
 from pytest_specdec.core.suitefile import EngineSettings
-from pytest_specdec.core.values import SECRET_NAME, masked
+from pytest_specdec.core.values import masked
 from pytest_specdec.engines.lint import Finding
 from pytest_specdec.measure.client import RequestFailed, StreamOutcome, get, post_json, stream_sse
 from pytest_specdec.measure.levels import LoadLimits
@@ -361,11 +361,7 @@ class EngineBase:
 
     def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The engine-relevant variables of ``environ``, values of secret-looking names hidden."""
-        return {
-            k: "***" if SECRET_NAME.search(k) else v
-            for k, v in sorted(environ.items())
-            if k.startswith(self.env_prefixes)
-        }
+        return masked({k: v for k, v in sorted(environ.items()) if k.startswith(self.env_prefixes)})
 
     async def is_ready(self, client: httpx.AsyncClient) -> bool:
         try:

@@ -289,8 +289,9 @@ def probe_argv(argv: Sequence[str]) -> list[str]:
             out[i + 1] = PROBE_PORT
         elif arg.startswith("--port="):
             out[i] = f"--port={PROBE_PORT}"
-    at = [i for i, a in enumerate(out[:-1]) if a == "--config" and KEY_YAML.search(out[i + 1])]
-    return [a for i, a in enumerate(out) if not any(i in (j, j + 1) for j in at)]
+    keyed = [i for i, a in enumerate(out[:-1]) if a == "--config" and KEY_YAML.search(out[i + 1])]
+    dropped = {k for i in keyed for k in (i, i + 1)}
+    return [a for i, a in enumerate(out) if i not in dropped]
 
 
 KEY_YAML = re.compile(r"(^|/)sglang-\d+\.yaml$")  # engines/sglang.py writes the key there

@@ -79,8 +79,11 @@ class LlamaCppEngine(EngineBase):
                 f"PATH and {cache_root() / 'llama.cpp'}); {SETUP_HINT}, or set ${ENV_BINARY}"
             )
         if not (binary.is_file() and os.access(binary, os.X_OK)):
-            where = "[engines.llamacpp] binary" if settings.binary else f"${ENV_BINARY}"
-            where = where if settings.binary or os.environ.get(ENV_BINARY) else "the set-up cache"
+            where = (
+                "[engines.llamacpp] binary" if settings.binary
+                else f"${ENV_BINARY}" if os.environ.get(ENV_BINARY)
+                else "the set-up cache"
+            )  # fmt: skip
             raise EngineNotInstalled(
                 f"llama-server at {binary} (from {where}) is not an executable file: point "
                 f"{where} at a built llama-server, or unset it; {SETUP_HINT}"

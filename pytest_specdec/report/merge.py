@@ -39,9 +39,8 @@ def hardware_of(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def load_many(paths: Sequence[Path]) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     """Results files by path; a folder stands for its results files (``folder_results``), where
-    other JSON files
-    (e.g. pytest-benchmark exports) and an earlier run's results kept beside a results file
-    (``<stem>.prev.json``) are skipped with a note. A named file must be results. A
+    other JSON files (e.g. pytest-benchmark exports) and an earlier run's results kept beside a
+    results file (``<stem>.prev.json``) are skipped with a note. A named file must be results. A
     pytest-xdist worker's file that a merged results file lists (``workers``) is skipped with
     a note: its runs are in the merged file."""
     found: list[tuple[Path, dict[str, Any]]] = []
@@ -146,7 +145,7 @@ def merge_group(items: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any
     most = max((len(sessions_of(c)) for c in configs.values()), default=1)
     merged = {
         **{k: v for k, v in first.items() if k not in ("configs", "verdicts", "notes")},
-        "options": {**(first.get("options") or {}), "sessions": max(most, 1)},  # the joined
+        "options": {**(first.get("options") or {}), "sessions": max(most, 1)},  # joined here
         "schema": RESULTS_SCHEMA,
         "started_at": min(str(d.get("started_at")) for _, d in items),
         "finished_at": max(str(d.get("finished_at")) for _, d in items),

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.core.values import SECRET_NAME
+from pytest_specdec.core.values import SECRET_NAME, masked
 from pytest_specdec.engines.base import redact
 from pytest_specdec.report.export import hardware_label, markdown_summary
 from pytest_specdec.report.site_assets import DASH, esc, night_cell, num, page, table, verdict_badge
@@ -171,8 +171,7 @@ def _config_block(run: RunView, config: Mapping[str, Any], out: Path) -> tuple[s
              f"{esc(config.get('engine_version') or 'version unknown')})</h3>"]  # fmt: skip
     command = shlex.join(argv) if argv else "no command recorded (an external server)"
     parts.append(f"<pre>{esc(command)}</pre>")
-    env = {k: redact(str(v), secrets) for k, v in (config.get("env") or {}).items()}
-    env = {k: ("***" if SECRET_NAME.search(k) else v) for k, v in env.items()}
+    env = masked({k: redact(str(v), secrets) for k, v in (config.get("env") or {}).items()})
     if env:
         parts.append(
             "<pre>" + esc("\n".join(f"{k}={v}" for k, v in sorted(env.items()))) + "</pre>"
