@@ -487,7 +487,7 @@ def test_the_parser_is_asked_once_per_command_line_whatever_the_port(
     """Each boot picks a free port; the parser's answer does not depend on it, so a command line
     linted once (as the interface is chosen) is not parsed again at its boot, nor at the next
     run's (on an H200 each parse of SGLang's arguments took about 20 s)."""
-    from pytest_specdec.engines.lint import lint_sglang, probe_argv
+    from pytest_specdec.engines.lint import key_yaml_name, lint_sglang, probe_argv
     from pytest_specdec.engines.scripts import cache_dir
 
     assert probe_argv(["--model-path", "m", "--port", "41234", "--tp", "1"]) == [
@@ -495,7 +495,7 @@ def test_the_parser_is_asked_once_per_command_line_whatever_the_port(
     ]  # fmt: skip
     assert probe_argv(["--port=5", "--port"]) == ["--port=30000", "--port"]
     # the API key's private YAML (a new folder and port each boot) is no part of the key
-    keyed = ["--model-path", "m", "--config", "/tmp/specdec-x1/sglang-41234.yaml"]
+    keyed = ["--model-path", "m", "--config", f"/tmp/specdec-x1/{key_yaml_name(41234)}"]
     assert probe_argv(keyed) == ["--model-path", "m"]
     assert probe_argv(["--config", "mine.yaml"]) == ["--config", "mine.yaml"]
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))

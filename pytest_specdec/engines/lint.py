@@ -294,7 +294,12 @@ def probe_argv(argv: Sequence[str]) -> list[str]:
     return [a for i, a in enumerate(out) if i not in dropped]
 
 
-KEY_YAML = re.compile(r"(^|/)sglang-\d+\.yaml$")  # engines/sglang.py writes the key there
+KEY_YAML = re.compile(r"(^|/)sglang-\d+\.yaml$")  # what key_yaml_name names, and nothing else
+
+
+def key_yaml_name(port: int) -> str:
+    """The file name of the private YAML that carries one boot's API key to SGLang."""
+    return f"sglang-{port}.yaml"
 
 
 def sglang_probe(python: str, argv: Sequence[str], timeout: float = 120.0) -> dict[str, object]:

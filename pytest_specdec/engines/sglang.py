@@ -36,7 +36,7 @@ from pytest_specdec.engines.base import (
     stream_chat,
     write_private,
 )
-from pytest_specdec.engines.lint import Finding, lint_sglang
+from pytest_specdec.engines.lint import Finding, key_yaml_name, lint_sglang
 from pytest_specdec.engines.scripts import ScriptFailed, run_script_cached, tokenizer_files
 from pytest_specdec.measure.client import RequestFailed, get, stream_sse
 from pytest_specdec.measure.levels import LoadLimits
@@ -189,7 +189,7 @@ class SGLangEngine(EngineBase):
         if ctx.api_key and ctx.secret_dir is not None and "--config" not in argv:
             # SGLang merges a --config YAML into its arguments: the key stays off the argv.
             text = f"api-key: {json.dumps(ctx.api_key)}\n"  # a JSON string is a YAML scalar
-            path = write_private(ctx.secret_dir, f"sglang-{ctx.port}.yaml", text)
+            path = write_private(ctx.secret_dir, key_yaml_name(ctx.port), text)
             return finish_spec([*argv, "--config", str(path)], ctx, self.settings, key_in_file=True)
         return finish_spec(argv, ctx, self.settings)
 
