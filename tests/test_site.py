@@ -224,9 +224,9 @@ def test_commands_reports_and_logs_are_redacted(tmp_path: Path) -> None:
                          "--speculative-num-draft-tokens", "4"]  # fmt: skip
     config["env"] = {"HF_TOKEN": "sekrit-3", "CUDA_VISIBLE_DEVICES": "0",
                      "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-    config["log_path"] = "/runner/logs/sglang-dflash.log"
+    config["log_path"] = "/runner/logs/sglang-dflash-b16-30001.log"
     (tmp_path / "results" / "logs").mkdir(parents=True)
-    (tmp_path / "results" / "logs" / "sglang-dflash.log").write_text(
+    (tmp_path / "results" / "logs" / "sglang-dflash-b16-30001.log").write_text(
         "server_args=ServerArgs(api_key='sekrit-1', max_total_tokens=4096)\n"
         "Authorization: Bearer sekrit-4\nhf_abcdefghijklmnopqrstuvwxyz012345 ok\n",
         encoding="utf-8",
@@ -250,3 +250,50 @@ def test_the_bench_builds_at_scale(tmp_path: Path, capsys: pytest.CaptureFixture
     assert len(site.data.keys) == 6 and all(len(k.nights) == 12 for k in site.data.keys)
     assert re.search(r"built 12 nights x 6 keys in [\d.]+ s: \d+ files", capsys.readouterr().out)
     shutil.rmtree(tmp_path / "site")
+
+
+def test_a_results_file_naming_another_file_as_its_log_puts_none_of_it_on_the_site(
+    tmp_path: Path,
+) -> None:
+    """A log is taken only where it is named as the plugin names an engine log
+    (``<engine>-<config>-<port>.log``): a results file from an artifact that names
+    ``/etc/passwd``, or a log of another config, publishes nothing."""
+    secret = tmp_path / "passwd"
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    for n, recorded in enumerate([str(secret), "/runner/logs/sglang-eagle3-30001.log"]):
+        doc = _doc(n)
+        doc["configs"][0]["log_path"] = recorded
+        (tmp_path / "results" / "logs").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "results" / "logs" / "sglang-eagle3-30001.log").write_text("other config")
+        atomic_write_json(tmp_path / "results" / f"night{n}.json", doc)
+    site = build_site(tmp_path / "site", tmp_path / "none", [tmp_path / "results"])
+    assert len(site.data.runs) == 2
+    assert not list((tmp_path / "site" / "runs").rglob("*.txt"))
+
+
+def test_a_rebuild_removes_only_what_the_site_wrote(tmp_path: Path) -> None:
+    """The site's folders may hold the user's own files (docs/ published to GitHub Pages):
+    a rebuild removes the files the last build listed in its manifest, not those; a folder
+    that holds such names but was never a site is refused before anything is written."""
+    results = tmp_path / "results"
+    atomic_write_json(results / "n0.json", _doc(0))
+    docs = tmp_path / "docs"
+    (docs / "assets").mkdir(parents=True)
+    (docs / "assets" / "logo.png").write_bytes(b"png")
+    with pytest.raises(SiteError, match=r"already holds assets, which no earlier report site"):
+        build_site(docs, tmp_path / "none", [results])
+    assert sorted(p.name for p in docs.rglob("*")) == ["assets", "logo.png"]
+    site = tmp_path / "site"
+    first = build_site(site, tmp_path / "none", [results])
+    (site / "assets" / "logo.png").write_bytes(b"png")  # the user's, added after the build
+    stale = next((site / "runs").glob("*.html"))
+    atomic_write_json(results / "n0.json", _doc(1))  # another run: another page
+    (results / "n0.json").rename(results / "n1.json")
+    second = build_site(site, tmp_path / "none", [results])
+    assert (site / "assets" / "logo.png").read_bytes() == b"png"
+    assert not stale.exists() and len(second.data.runs) == len(first.data.runs) == 1
+    listed = json.loads((site / ".specdec-site.json").read_text())["files"]
+    assert "assets/logo.png" not in listed and "index.html" in listed
+    (site / ".specdec-site.json").write_text('{"files": ["../outside.txt"]}')
+    with pytest.raises(SiteError, match="lists files outside the site's folders"):
+        build_site(site, tmp_path / "none", [results])

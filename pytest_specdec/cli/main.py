@@ -4,7 +4,9 @@ the logic lives in the modules it calls."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +31,12 @@ def _registry(args: argparse.Namespace) -> Registry:
 
 
 def cmd_configs_list(args: argparse.Namespace) -> int:
-    for cfg in _registry(args).all(args.engine):
+    configs = _registry(args).all(args.engine)
+    if not configs and args.engine is not None:
+        engines = ENGINE_TABLE.config_engines()
+        known = "" if args.engine in engines else f" (unknown; engines: {', '.join(engines)})"
+        raise ConfigError(f"no configs for engine {args.engine!r}{known}")
+    for cfg in configs:
         print(f"{cfg.qualified_name:28} {cfg.description}")
     return 0
 
@@ -115,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, EngineTableError, *RESULT_ERRORS) as exc:
         print(f"specdec: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (``| head``): quiet, as a shell tool is
+        with contextlib.suppress(OSError, ValueError):  # no more writes reach the pipe
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
     except OSError as exc:  # a path that cannot be read or written: named, no traceback
         print(f"specdec: error: {os_error(exc)}", file=sys.stderr)
         return 2

@@ -7,21 +7,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_specdec.core.results import ResultsError, atomic_write_json, load_results
-from pytest_specdec.core.values import SCORES, fail_on, fraction
+from pytest_specdec.core.values import SCORES, fail_on, fraction, probability
 from pytest_specdec.report.charts import ChartInputError, ChartsUnavailable
 from pytest_specdec.report.merge import MergeError
 from pytest_specdec.report.site_assets import SiteUnavailable
 from pytest_specdec.report.site_data import SiteError
 from pytest_specdec.report.table import load_verdict_lines, render_table
 from pytest_specdec.verdict.acceptance import accept_summary_lines
-from pytest_specdec.verdict.baselines import BaselineError, load_baseline
+from pytest_specdec.verdict.baselines import BaselineError, key_for, key_mismatch, load_baseline
 from pytest_specdec.verdict.gate import adjust, failures, not_gating
 from pytest_specdec.verdict.history import HistoryUnavailable
-from pytest_specdec.verdict.judge import judge_reference
+from pytest_specdec.verdict.judge import UNJUDGEABLE, judge_reference
+from pytest_specdec.verdict.load import UNJUDGEABLE as LOAD_UNJUDGEABLE
 from pytest_specdec.verdict.sessions import update_baseline, with_score
 from pytest_specdec.verdict.stats import VerdictPolicy
 
@@ -65,7 +67,9 @@ def baseline_show(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    """The verdict engine on two results files: each config of NEW against the same in OLD."""
+    """The verdict engine on two results files: each config of NEW against the same in OLD.
+    Exit 1 where a verdict fails (``--fail-on``) or a config of NEW could not be judged: it
+    failed to boot or measure there, or its runs cannot be compared; 2 where nothing could."""
     old, new = load_results(args.old), with_score(load_results(args.new), args.score)
     old_hash, new_hash = ((d.get("workload") or {}).get("sha256") for d in (old, new))
     if old_hash != new_hash:
@@ -76,28 +80,58 @@ def compare(args: argparse.Namespace) -> int:
         alpha=args.alpha, min_delta=args.min_delta, accept_delta=args.accept_delta
     )
     before = {c["name"]: c for c in old["configs"]}
-    judged = [
-        judge_reference(new, cfg, before[cfg["name"]], policy)
-        for cfg in new["configs"]
-        if cfg["name"] in before
-    ]
+    failed = {c["name"]: c["error"] for c in new["configs"] if c.get("error")}
+    both = [c for c in new["configs"] if c["name"] in before and c["name"] not in failed]
+    if not both and not failed:
+        raise ResultsError(
+            f"no config of {args.new} is in {args.old} "
+            f"({_names(new['configs']) or 'it has none'}; {args.old} has "
+            f"{_names(old['configs']) or 'none'}): nothing to compare"
+        )
+    judged = [judge_reference(new, cfg, before[cfg["name"]], policy) for cfg in both]
     judged = adjust(judged, policy)
     for j in judged:
         print(f"{j.config}: {j.message}")
-        for note in j.notes:
+        for note in [*j.notes, *_setups_differ(old, before[j.config], new, j.config)]:
             print(f"{j.config}: note: {note}")
         for line in accept_summary_lines(j.config, j.acceptance):
             print(line)
     for line in load_verdict_lines(judged):
         print(line)
-    missing = sorted(set(c["name"] for c in new["configs"]) - set(before))
-    if missing:
-        print(f"not in {args.old}: {', '.join(missing)}")
+    for name, error in failed.items():
+        print(f"{name}: ERROR: it failed in {args.new}, so it has no verdict: {error}")
+    for side, names in ((args.old, set(_names_of(new)) - set(before)),
+                        (args.new, set(before) - set(_names_of(new)))):  # fmt: skip
+        if names:
+            print(f"not in {side}: {', '.join(sorted(names))}")
     gates = args.provisional == "gate"
     if not gates:
         for line in not_gating(judged, args.fail_on):
             print(line)
-    return 1 if failures(judged, args.fail_on, gates) else 0
+    unjudged = [j for j in judged if j.status == UNJUDGEABLE
+                or (j.load is not None and j.load.status == LOAD_UNJUDGEABLE)]  # fmt: skip
+    return 1 if failures(judged, args.fail_on, gates) or failed or unjudged else 0
+
+
+def _names_of(doc: Mapping[str, Any]) -> list[str]:
+    return [str(c["name"]) for c in doc["configs"]]
+
+
+def _names(configs: Sequence[Mapping[str, Any]]) -> str:
+    return ", ".join(str(c["name"]) for c in configs)
+
+
+def _setups_differ(
+    old: Mapping[str, Any], before: Mapping[str, Any], new: Mapping[str, Any], name: str
+) -> list[str]:
+    """A note where NEW's config ran another setup than OLD's (engine, model, hardware, flags,
+    output length): the verdict then compares two setups, not one over time."""
+    now = next(c for c in new["configs"] if c["name"] == name)
+    diff = key_mismatch(key_for(old, before), key_for(new, now))
+    if not diff:
+        return []
+    return [f"OLD and NEW ran different setups ({'; '.join(diff)}): this verdict compares "
+            "the two setups, not one setup over time"]  # fmt: skip
 
 
 def report_merge(args: argparse.Namespace) -> int:
@@ -112,33 +146,79 @@ def report_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+class ReportArgsError(ValueError):
+    """A report's paths that do not fit its kind; the message names them and the fix."""
+
+
+USAGE = {"markdown": "RESULTS", "chart": "RESULTS OUT.png", "benchmark-json": "RESULTS OUT.json",
+         "trend": "BASELINES... OUT.png", "site": "OUT_DIR"}  # fmt: skip
+
+
+def report_paths(kind: str, paths: list[str]) -> tuple[list[Path], Path | None]:
+    """A report's inputs and the file it writes, checked before anything is read: as many
+    paths as its kind takes, a chart named ``.png`` (it is one), and no output that is one of
+    its inputs or another run's results (writing it would destroy them)."""
+    given = [Path(p) for p in paths]
+    writes = kind in ("chart", "benchmark-json", "trend")
+    count_ok = len(given) >= 2 if kind == "trend" else len(given) == 1 + writes
+    if not count_ok:
+        raise ReportArgsError(
+            f"report {kind} takes {USAGE[kind]}, got {len(given)} path(s): {' '.join(paths)}"
+            + ("; name the file to write last" if writes and len(given) < 2 else "")
+        )
+    if not writes:
+        return given, None
+    *inputs, out = given
+    if kind in ("chart", "trend") and out.suffix.lower() != ".png":
+        raise ReportArgsError(
+            f"report {kind} writes a PNG chart, and its last path {out} is not named .png "
+            f"(it would be overwritten with the chart): give {USAGE[kind]}"
+        )
+    for source in inputs:
+        if out.resolve() == source.resolve() or (
+            out.exists() and source.exists() and out.samefile(source)
+        ):
+            raise ReportArgsError(f"report {kind} would write over its input {source}: name "
+                                  "another file to write")  # fmt: skip
+    if out.is_file() and out.suffix.lower() != ".png" and _is_results(out):
+        raise ReportArgsError(f"report {kind} would replace {out}, which holds a run's results: "
+                              "name a new file to write")  # fmt: skip
+    return inputs, out
+
+
+def _is_results(path: Path) -> bool:
+    try:
+        load_results(path)
+    except (ResultsError, OSError, ValueError):
+        return False
+    return True
+
+
 def report(args: argparse.Namespace) -> int:
     from pytest_specdec.report import export
     from pytest_specdec.report.charts import results_chart, trend_chart
 
     if args.kind == "merge":
         return report_merge(args)
+    inputs, out = report_paths(args.kind, args.paths)
     if args.kind == "site":
         from pytest_specdec.report.site import build_site
 
-        if len(args.paths) != 1:
-            raise SiteError(f"report site takes one OUT_DIR, got {' '.join(args.paths)}")
-        print(build_site(Path(args.paths[0]), args.baseline_dir, args.results).describe())
+        print(build_site(inputs[0], args.baseline_dir, args.results).describe())
         return 0
-    if args.kind == "trend":
-        *inputs, out = args.paths
-        trend_chart([Path(p) for p in inputs], Path(out))
+    if out is not None and args.kind == "trend":
+        trend_chart(inputs, out)
         print(out)
         return 0
-    results: dict[str, Any] = load_results(Path(args.paths[0]))
-    if args.kind == "markdown":
+    results: dict[str, Any] = load_results(inputs[0])
+    if out is None:
         print(export.markdown_summary(results))
     elif args.kind == "benchmark-json":
-        atomic_write_json(Path(args.paths[1]), export.benchmark_json(results))
-        print(args.paths[1])
+        atomic_write_json(out, export.benchmark_json(results))
+        print(out)
     else:
-        results_chart(results, Path(args.paths[1]))
-        print(args.paths[1])
+        results_chart(results, out)
+        print(out)
     return 0
 
 
@@ -162,8 +242,10 @@ def add_commands(sub: Any) -> None:
     cmp = sub.add_parser("compare", help="judge NEW.json against OLD.json (same verdict engine)")
     cmp.add_argument("old", type=Path)
     cmp.add_argument("new", type=Path)
-    cmp.add_argument("--alpha", type=float, default=VerdictPolicy().alpha)
-    cmp.add_argument("--min-delta", type=float, default=VerdictPolicy().min_delta)
+    cmp.add_argument("--alpha", type=probability, default=VerdictPolicy().alpha,
+                     help="false-alarm rate of each verdict (default %(default)s)")  # fmt: skip
+    cmp.add_argument("--min-delta", type=fraction, default=VerdictPolicy().min_delta,
+                     help="smallest change in tok/s that counts (default %(default)s)")  # fmt: skip
     cmp.add_argument(
         "--accept-delta",
         type=fraction,
@@ -190,7 +272,8 @@ def add_commands(sub: Any) -> None:
     )
     rep.add_argument(
         "paths", nargs="+",
-        help="markdown: RESULTS; chart/benchmark-json: RESULTS OUT; trend: BASELINES... OUT.png; "
+        help="markdown: RESULTS; chart: RESULTS OUT.png; benchmark-json: RESULTS OUT.json; "
+        "trend: BASELINES... OUT.png (the last path is written; an input is never overwritten); "
         "merge: RESULTS... (files or folders of several runners; Markdown on stdout); "
         "site: OUT_DIR (the nightly dashboard, docs/dashboard.md)",
     )  # fmt: skip
@@ -204,5 +287,5 @@ def add_commands(sub: Any) -> None:
 
 ERRORS = (
     ResultsError, BaselineError, json.JSONDecodeError, ChartsUnavailable, ChartInputError,
-    MergeError, HistoryUnavailable, SiteError, SiteUnavailable,
+    MergeError, HistoryUnavailable, SiteError, SiteUnavailable, ReportArgsError,
 )  # fmt: skip

@@ -254,6 +254,9 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist; check the path") from None
     except OSError as exc:
         raise ConfigError(f"config file {path} cannot be read: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text ({exc}); TOML is UTF-8: "
+                          "save it as UTF-8") from None  # fmt: skip
     try:
         doc: dict[str, Any] = tomllib.loads(text)
         return doc

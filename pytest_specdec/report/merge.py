@@ -13,6 +13,7 @@ them); different hardware keys never share a table.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -59,10 +60,30 @@ def load_many(paths: Sequence[Path]) -> tuple[list[tuple[str, dict[str, Any]]], 
                 found.append((child, load_results(child)))
             except ResultsError as exc:
                 notes.append(f"skipped: {exc}")
-    found = _without_merged_workers(found, notes)
+    found = _without_copies(_without_merged_workers(found, notes), notes)
     if not found:
         raise MergeError(f"no results files in {', '.join(map(str, paths))}")
     return [(str(p), d) for p, d in found], notes
+
+
+def _without_copies(
+    found: list[tuple[Path, dict[str, Any]]], notes: list[str]
+) -> list[tuple[Path, dict[str, Any]]]:
+    """``found`` with each run once: a file given twice, or a copy of one (the same results,
+    gzipped or not), is skipped with a note; counted again its sessions would be more server
+    sessions, and every CI would narrow as if they had been measured twice."""
+    seen: dict[str, Path] = {}
+    kept = []
+    for path, doc in found:
+        digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+        if digest in seen:
+            same = "named twice" if path.resolve() == seen[digest].resolve() else (
+                f"the same results as {seen[digest]}")  # fmt: skip
+            notes.append(f"skipped: {path}: {same}; a run is counted once")
+            continue
+        seen[digest] = path
+        kept.append((path, doc))
+    return kept
 
 
 def folder_results(folder: Path) -> list[Path]:

@@ -16,14 +16,15 @@ Pages read nothing from the network; they work from ``file://`` as from GitHub P
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from pytest_specdec.core.results import utc_now
+from pytest_specdec.core.results import atomic_write_json, utc_now
 from pytest_specdec.report.site_assets import check_available, write_assets
-from pytest_specdec.report.site_data import SiteData, gather
+from pytest_specdec.report.site_data import SiteData, SiteError, gather
 from pytest_specdec.report.site_key import key_page
 from pytest_specdec.report.site_load import load_configs
 from pytest_specdec.report.site_pages import overview, run_page
@@ -55,14 +56,62 @@ class SiteSummary:
         return text + "".join(f"\nnote: {n}" for n in skipped)
 
 
+MANIFEST = ".specdec-site.json"  # the files a build wrote, so the next removes only those
+
+
 def _clear(out: Path) -> None:
-    """Remove what an earlier build wrote (only the site's own names), so no page is stale."""
-    for name in OWNED:
+    """Remove what an earlier build wrote, so no page is stale: the files its manifest lists
+    (and the folders they leave empty), or, from a build older than manifests, the site's own
+    names. A folder that holds those names but no site (``assets/`` of the user's docs) is
+    refused before anything is written: a file the site did not write is never removed."""
+    listed = _manifest(out)
+    if listed is not None:
+        for rel in listed:
+            (out / rel).unlink(missing_ok=True)
+        folders = [p for name in OWNED[1:] if (out / name).is_dir()
+                   for p in [out / name, *(out / name).rglob("*")] if p.is_dir()]  # fmt: skip
+        for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+            if not any(folder.iterdir()):
+                folder.rmdir()
+        return
+    present = [name for name in OWNED if (out / name).exists()]
+    if not present:
+        return
+    index = out / "index.html"
+    if not (index.is_file() and 'id="csp-violations"' in index.read_text(errors="replace")):
+        raise SiteError(
+            f"{out} already holds {', '.join(present)}, which no earlier report site wrote "
+            f"(no {MANIFEST} there); the site would replace them: name a new or empty folder "
+            "for it (e.g. site/), or move them aside"
+        )
+    for name in present:
         target = out / name
         if target.is_dir():
             shutil.rmtree(target)
-        elif target.exists():
+        else:
             target.unlink()
+
+
+def _owned(parts: tuple[str, ...]) -> bool:
+    return bool(parts) and parts[0] in OWNED and ".." not in parts
+
+
+def _manifest(out: Path) -> list[str] | None:
+    """The files an earlier build listed in ``out`` (None: no manifest), each inside one of the
+    site's own folders; a damaged manifest is an error naming it."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SiteError(f"{path} is damaged ({exc}): delete it and the site's files, then "
+                        "build again") from exc  # fmt: skip
+    ok = [f for f in files if isinstance(f, str) and _owned(PurePosixPath(f).parts)]
+    if len(ok) != len(files):
+        raise SiteError(f"{path} lists files outside the site's folders: delete it and the "
+                        "site's files, then build again")  # fmt: skip
+    return ok
 
 
 def build_site(
@@ -91,4 +140,7 @@ def build_site(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     logs = sorted(p for p in (out / "runs").rglob("*.txt")) if (out / "runs").is_dir() else []
-    return SiteSummary(out, [*files, *pages, *logs], data)
+    written = [*files, *pages, *logs]
+    manifest = {"files": sorted(p.relative_to(out).as_posix() for p in written)}
+    atomic_write_json(out / MANIFEST, manifest)
+    return SiteSummary(out, written, data)

@@ -137,11 +137,17 @@ def overview(data: SiteData, generated: str, sources: str) -> str:
 
 
 def _log_file(run: RunView, config: Mapping[str, Any]) -> Path | None:
-    """The config's engine log where it is beside the results file (or at its recorded path)."""
+    """The config's engine log where it is beside the results file (or at its recorded path),
+    named as the plugin names an engine log (``<engine>-<config>-<port>.log``): a results
+    file that names another file (``/etc/passwd``) puts nothing of it on the site."""
     recorded = config.get("log_path")
     if not recorded:
         return None
     path = Path(str(recorded))
+    stem, dot, port = path.name.removesuffix(".log").rpartition("-")
+    if not (path.name.endswith(".log") and dot and port.isdigit()
+            and stem == f"{config.get('engine')}-{config.get('name')}"):  # fmt: skip
+        return None
     for candidate in (run.path.parent / path.name, run.path.parent / "logs" / path.name, path):
         if candidate.is_file():
             return candidate
