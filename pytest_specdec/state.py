@@ -15,6 +15,7 @@ import pytest
 
 from pytest_specdec.core.configs import ConfigError, SpecConfig, load_registry, split_names
 from pytest_specdec.core.engine_table import ENGINE_TABLE, EngineLoadError, EngineTableError
+from pytest_specdec.core.outputs import output_problems
 from pytest_specdec.core.suitefile import (
     builtin_suite_file,
     default_suite_file,
@@ -107,6 +108,8 @@ class SpecdecState:
         if getopt("--specdec-chart") is not None:
             _check_charts()
         self.settings = self._run_settings(getopt, root, engine, names)
+        if self.worker_id is None:
+            _check_outputs(getopt, self.settings)
         self.summary_lines: list[str] = [f"note: {line}" for line in self.broken_adapters]
         self._runner: Runner | None = None
         self.merged: dict[str, Any] | None = None  # the xdist controller's merged results
@@ -305,6 +308,20 @@ def _check_session_options(getopt: Any) -> None:
             "time of the server sessions the plugin boots; with --specdec-server-url it boots "
             "none (the server's time is yours to budget): drop one of the two"
         )
+
+
+REPORT_FLAGS = ("--specdec-markdown", "--specdec-benchmark-json", "--specdec-chart")
+
+
+def _check_outputs(getopt: Any, settings: RunSettings) -> None:
+    """The files and folders the run writes, refused now if they cannot be written or would
+    replace what they must not (core/outputs.py), not after every measurement."""
+    reports = {flag: getopt(flag) for flag in REPORT_FLAGS}
+    folders = {"--specdec-log-dir": settings.log_dir,
+               "--specdec-baseline-dir": settings.baseline_dir}  # fmt: skip
+    problems = output_problems(("--specdec-results", getopt("--specdec-results")), reports, folders)
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
 
 
 def _check_charts() -> None:

@@ -102,6 +102,11 @@ def test_external_server_is_baselined_and_judged(
         url = ("--specdec-server-url", f"http://127.0.0.1:{port}", "--spec-config", "their-build")
         for _ in range(2):
             assert _run(project, *url, "--specdec-update-baselines").ret == pytest.ExitCode.OK
+        # kept per the model the server names, not under one key for every external server
+        served = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()["data"][0]
+        (stored,) = project.path.rglob("their-build--*.json")
+        key = json.loads(stored.read_text())["key"]
+        assert key["model_name"] == served["id"] and "external" not in stored.name
         judged = _run(project, *url, "--specdec-provisional", "report")
         assert judged.ret == pytest.ExitCode.OK, judged.stdout.str()
         judged.stdout.fnmatch_lines(["*their-build*baseline (2 sessions)*"])

@@ -16,7 +16,7 @@ from pytest_specdec.bisect.statefile import load_steps, save_steps
 from pytest_specdec.bisect.step import StepRecord, step_plan
 from pytest_specdec.bisect.summary import render, to_json
 from pytest_specdec.core.configs import ConfigError, load_registry
-from pytest_specdec.core.suitefile import load_suite_settings
+from pytest_specdec.core.suitefile import default_suite_file, load_suite_settings
 from pytest_specdec.core.workloads import WorkloadError, load_workload
 from pytest_specdec.driver.boot import resolve_configs
 from pytest_specdec.driver.settings import RunSettings
@@ -39,7 +39,7 @@ class Request:
     bad: str | None = None
     out_dir: Path = Path("results/bisect")
     build_cmd: str | None = None
-    suite_file: Path = Path("suites/specdec.toml")
+    suite_file: Path | None = None  # None: suites/specdec.toml here, else the built-in suite
     config_files: tuple[Path, ...] = ()
     workload: str | None = None
     runs: int = 5
@@ -61,9 +61,13 @@ class Request:
 
 
 def _setup(req: Request, candidates: list[Candidate]) -> Setup:
-    suite_path = req.suite_file if req.suite_file.is_file() else None
+    if req.suite_file is not None and not req.suite_file.is_file():
+        raise BisectError(
+            f"--suite-file {req.suite_file} is not a file: fix the path, or leave the option "
+            "out to use suites/specdec.toml here (else the built-in suite)"
+        )
     try:
-        suite = load_suite_settings(suite_path)
+        suite = load_suite_settings(req.suite_file or default_suite_file(Path.cwd()))
         engine = req.engine or suite.engine
         if engine == "openai":
             raise BisectError(

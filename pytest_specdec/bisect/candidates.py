@@ -104,8 +104,10 @@ def load_candidates(path: Path) -> list[Candidate]:
     if extra:
         raise BisectError(f"{path}: unknown top-level key(s) {extra}; only [[candidate]] tables")
     if not isinstance(tables, list) or not tables:
+        why = "the file is empty" if "candidate" not in doc else (
+            f"candidate = {tables!r} is not a list of [[candidate]] tables")  # fmt: skip
         raise BisectError(
-            f"{path}: no candidates (the file is empty); add one [[candidate]] table per "
+            f"{path}: no candidates ({why}); add one [[candidate]] table per "
             f"build, oldest first, e.g.\n{EXAMPLE}"
         )
     found = [_candidate(t, i, path) for i, t in enumerate(tables)]

@@ -68,7 +68,9 @@ def add_command(sub: Any) -> None:
 
 def _measure_options(p: argparse.ArgumentParser) -> None:
     """What each server session measures, and how a step decides."""
-    p.add_argument("--suite-file", type=Path, default=Path("suites/specdec.toml"))
+    p.add_argument("--suite-file", type=Path, default=None,
+                   help="the suite file (default: suites/specdec.toml here, else the "
+                   "built-in suite, as a pytest run in this folder)")  # fmt: skip
     p.add_argument(
         "--config-file",
         dest="config_files",

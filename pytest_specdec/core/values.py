@@ -85,14 +85,20 @@ def server_url(value: str) -> str:
 
 
 def int_list(value: str) -> tuple[int, ...]:
+    """Load levels: distinct client counts of 1 or more, comma-separated (``1,4,16``)."""
     try:
-        levels = tuple(int(v) for v in value.split(",") if v.strip())
+        levels = tuple(int(v) for v in value.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{value!r} is not a comma list of whole numbers"
+            f"{value!r} is not a comma list of whole numbers, e.g. 1,4,16"
         ) from None
-    if not levels or min(levels) < 1:
+    if min(levels) < 1:
         raise argparse.ArgumentTypeError(f"{value!r}: give client counts >= 1, e.g. 1,4,16")
+    if len(set(levels)) != len(levels):
+        twice = sorted({n for n in levels if levels.count(n) > 1})
+        raise argparse.ArgumentTypeError(
+            f"{value!r} names {', '.join(map(str, twice))} twice: give each client count once"
+        )
     return levels
 
 

@@ -20,7 +20,7 @@ import httpx
 
 from pytest_specdec.core.configs import ConfigError, Registry, SpecConfig
 from pytest_specdec.core.results import ConfigRecord
-from pytest_specdec.driver.plan import BootPlan
+from pytest_specdec.driver.plan import EXTERNAL, BootPlan
 from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.engines import Engine
 from pytest_specdec.engines.base import LaunchSpec, redact
@@ -80,6 +80,7 @@ def resolve_configs(
     """Registry lookup; with an external server any name is accepted as a label. With
     ``any_engine`` (no --specdec-engine given), a name only one engine has resolves there."""
     out: list[SpecConfig] = []
+    names = list(names)
     for name in names:
         try:
             lookup = engine if engine != "openai" else "llamacpp"
@@ -88,7 +89,30 @@ def resolve_configs(
             if not external:
                 raise
             out.append(SpecConfig(name=name, engine=engine, source="label (external server)"))
+    _check_distinct(names, out)
     return out
+
+
+def _check_distinct(names: list[str], configs: list[SpecConfig]) -> None:
+    """A run keys its records and verdicts by config name: one config given twice (two
+    spellings of it), or two engines' configs of one name, would be measured into one record
+    and judged twice."""
+    seen: dict[str, tuple[str, SpecConfig]] = {}
+    for name, cfg in zip(names, configs, strict=True):
+        if cfg.name not in seen:
+            seen[cfg.name] = (name, cfg)
+            continue
+        first, other = seen[cfg.name]
+        if other.engine == cfg.engine:
+            raise ConfigError(
+                f"--spec-config names {cfg.qualified_name} twice ({first!r} and {name!r}): "
+                "name each config once"
+            )
+        raise ConfigError(
+            f"--spec-config names two configs called {cfg.name} ({other.qualified_name} and "
+            f"{cfg.qualified_name}): a run keys its results by config name; run each engine's "
+            "in a run of its own"
+        )
 
 
 class Booter:
@@ -125,6 +149,11 @@ class Booter:
                 )
             time.sleep(0.5)
         plan.write(record)
+        target = record.models.get("target") or {}
+        if target.get("id") == EXTERNAL:  # no --specdec-model: the model the server names
+            served = self.loop.run(served_model(server.client), timeout=PROBE_S + 1)
+            if served is not None:
+                record.models = {**record.models, "target": {"id": served, "served": True}}
         return server
 
     def launch(self, plan: BootPlan, record: ConfigRecord, started: float) -> Server:
@@ -202,6 +231,20 @@ class Booter:
     def close_client(self, server: Server) -> None:
         with contextlib.suppress(Exception):  # closing must never mask the real error
             self.loop.run(server.client.aclose(), timeout=10)
+
+
+async def served_model(client: httpx.AsyncClient) -> str | None:
+    """The model an OpenAI-compatible server names first in ``/v1/models`` (llama-server,
+    SGLang and vLLM do), so that an external server's baselines are kept per model; None
+    where it names none or does not answer in time."""
+    try:
+        response = await asyncio.wait_for(client.get("/v1/models"), PROBE_S)
+        data = response.json().get("data") if response.status_code == 200 else None
+    except (httpx.HTTPError, asyncio.TimeoutError, ValueError, AttributeError):
+        return None
+    first = data[0] if isinstance(data, list) and data else None
+    name = first.get("id") if isinstance(first, dict) else None
+    return name if isinstance(name, str) and name.strip() else None
 
 
 def model_volumes(models: Sequence[str | None]) -> dict[str, str]:

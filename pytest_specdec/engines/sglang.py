@@ -10,6 +10,7 @@ per-request speculative stats only come from the native ``/generate`` endpoint's
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from pytest_specdec.core.modelfile import cache_root
 from pytest_specdec.core.results import RunRecord, meta_info_rates
 from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines.base import (
@@ -114,6 +116,24 @@ def _python(settings: EngineSettings) -> str:
     """[engines.sglang] python, else $SPECDEC_SGLANG_PYTHON, else this interpreter."""
     chosen = settings.python or os.environ.get("SPECDEC_SGLANG_PYTHON")
     return os.path.expanduser(chosen) if chosen else sys.executable
+
+
+def _lint_python(settings: EngineSettings, python: str) -> str:
+    """``python``, unless it is this interpreter by default and has no SGLang while a parser
+    virtualenv (``$SPECDEC_CACHE/sglang-<version>-venv``, the newest) is there."""
+    if settings.python or os.environ.get("SPECDEC_SGLANG_PYTHON"):
+        return python
+    if importlib.util.find_spec("sglang") is not None:
+        return python
+    venvs = [p for p in cache_root().glob("sglang-*-venv") if (p / "bin" / "python").exists()]
+    if not venvs:
+        return python
+    newest = max(venvs, key=lambda p: _version_key(p.name.removeprefix("sglang-")[: -len("-venv")]))
+    return str(newest / "bin" / "python")
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else -1 for part in text.split("."))
 
 
 def _probe(python: str, code: str) -> subprocess.CompletedProcess[str]:
@@ -233,8 +253,10 @@ class SGLangEngine(EngineBase):
         )  # fmt: skip
 
     def lint(self, spec: LaunchSpec) -> list[Finding]:
-        """The command line through the installed SGLang's own argument parser."""
-        return lint_sglang(spec.argv[0], spec.argv[3:])
+        """The command line through the installed SGLang's own argument parser: that of the
+        interpreter it boots with, or where none is set and this one has no SGLang, that of
+        the parser virtualenv ./scripts/setup installs (SGLang's parser, no GPU needed)."""
+        return lint_sglang(_lint_python(self.settings, spec.argv[0]), spec.argv[3:])
 
     async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
         if self.settings.api == "native":

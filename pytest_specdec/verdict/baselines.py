@@ -16,8 +16,9 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,9 +230,29 @@ class Baseline:
 
 
 def _lacks(cell: Any) -> list[str]:
-    """The fields a stored summary cell lacks (all of them where it is not an object)."""
-    return [f for f in ("n", "mean_log", "sd_log", "runs")
-            if not isinstance(cell, dict) or f not in cell]  # fmt: skip
+    """The fields a stored summary cell lacks (all of them where it is not an object), or
+    holds a value of the wrong kind: ``n`` a count of 1 or more, ``mean_log`` a finite number,
+    ``sd_log`` a finite number of 0 or more, ``runs`` a list of n tok/s above 0."""
+    fields = ("n", "mean_log", "sd_log", "runs")
+    if not isinstance(cell, dict):
+        return list(fields)
+    bad = [f for f in fields if f not in cell]
+    checks: dict[str, Callable[[Any], bool]] = {
+        "n": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+        "mean_log": _finite,
+        "sd_log": lambda v: _finite(v) and v >= 0,
+        "runs": lambda v: (
+            isinstance(v, list)
+            and all(_finite(x) and x > 0 for x in v)
+            and (not isinstance(cell.get("n"), int) or len(v) in (0, cell["n"]))
+        ),
+    }
+    return bad + [f"a valid {f} (got {cell[f]!r})" for f in fields
+                  if f in cell and not checks[f](cell[f])]  # fmt: skip
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_document(data: Any, path: Path) -> Baseline:
@@ -430,8 +451,9 @@ def append_session(
             if diff and not allow_mismatch:
                 raise BaselineError(
                     f"baseline {path} has another key: {'; '.join(diff)}; move the file aside "
-                    "to start a history of the new key, or pass --specdec-allow-mismatch to "
-                    "append anyway (the file keeps its key, the session records its own)"
+                    "to start a history of the new key, or pass --specdec-allow-mismatch "
+                    "(specdec baseline update: --allow-mismatch) to append anyway (the file "
+                    "keeps its key, the session records its own)"
                 )
             if _already_stored(current.sessions, entry, key.get("config")):
                 return current  # the same session twice (e.g. a rerun of update): keep one
