@@ -335,7 +335,7 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     (
         "--specdec-min-delta",
         dict(
-            type=probability,
+            type=fraction,
             default=DEFAULT_MIN_DELTA,
             metavar="D",
             help="smallest change that counts (fraction); the threshold used is "

@@ -151,10 +151,20 @@ class SpecdecState:
         except EngineLoadError as exc:  # named, with its distribution and the fix
             raise ConfigError(str(exc)) from None
         self.registry = load_registry(files, default_engine=engine if engine != "openai" else None)
-        names = split_names(getopt("--spec-config")) or ["baseline"]
+        given = getopt("--spec-config")
+        names = split_names(given) or ["baseline"]
+        if given and not split_names(given):
+            raise ConfigError(f"--spec-config {','.join(given)!r} names no config: give one or "
+                              "more names, e.g. --spec-config baseline,ngram")  # fmt: skip
         reference = getopt("--specdec-reference")
         if reference:  # measured first, so that the others can be compared with it
             names = [reference, *(n for n in names if n != reference)]
+            if len(names) == 1:
+                raise ConfigError(
+                    f"--specdec-reference {reference} is the only config, so nothing is judged "
+                    f"against it: name the configs to compare, e.g. --spec-config ngram "
+                    f"--specdec-reference {reference}"
+                )
         self.configs: list[SpecConfig] = resolve_configs(
             names, engine, self.registry, getopt("--specdec-server-url") is not None,
             any_engine=getopt("--specdec-engine") is None,

@@ -171,3 +171,23 @@ def test_a_baseline_with_values_of_the_wrong_kind_is_refused_naming_it(
             load_baseline(path)
     assert main(["baseline", "show", "--baseline-dir", str(tmp_path / "bl")]) == 2
     assert f"baseline {path}" in capsys.readouterr().err
+
+
+def test_a_mistyped_folder_or_an_empty_role_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder that is not there read as an empty store (exit 0), a file given as the
+    baseline folder was said not to exist, and ``--draft-model =/x.gguf`` wrote the path
+    ``=/x.gguf`` into the suite file."""
+    from pytest_specdec.cli.layout import parse_draft
+    from pytest_specdec.core.configs import ConfigError
+
+    assert main(["baseline", "show", "--baseline-dir", str(tmp_path / "typo")]) == 2
+    assert f"--baseline-dir {tmp_path / 'typo'} is not a folder" in capsys.readouterr().err
+    afile = _results(tmp_path / "r.json")
+    assert main(["report", "site", str(tmp_path / "site"), "--baseline-dir", str(afile)]) == 2
+    assert f"the baseline folder {afile} is a file, not a folder" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="the role before '=' is empty"):
+        parse_draft("=/x.gguf")
+    assert parse_draft("dflash=/m/d") == ("dflash", "/m/d")
+    assert parse_draft("/m/a=b.gguf") == ("draft", "/m/a=b.gguf")

@@ -189,7 +189,13 @@ def test_specdec_history_table_and_json(tmp_path: Path, capsys: pytest.CaptureFi
     (point,) = series["change_points"]
     assert series["nights"] == 20 and point["engine_after"] == "b1100"
     assert doc["policy"]["floor"] == 0.02
-    assert main(["history", "--baseline-dir", str(tmp_path / "none")]) == 0
+    # a mistyped folder is named, not read as an empty store; so is a config it lacks
+    assert main(["history", "--baseline-dir", str(tmp_path / "none")]) == 2
+    assert f"--baseline-dir {tmp_path / 'none'} is not a folder" in capsys.readouterr().err
+    assert main(["history", "--baseline-dir", str(tmp_path), "--config", "nope"]) == 2
+    assert "no history of config nope (configs there: " in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["history", "--baseline-dir", str(tmp_path / "empty")]) == 0
     assert "no baseline history" in capsys.readouterr().out
     assert main(["history", "--baseline-dir", str(tmp_path), "--penalty", "-1"]) == 2
     assert "HistoryPolicy.penalty is -1.0; it must be > 0" in capsys.readouterr().err

@@ -70,6 +70,9 @@ def test_a_results_path_holding_another_kind_of_file_is_refused(tmp_path: Path) 
          "*--spec-config names llamacpp:baseline twice ('llamacpp:baseline' and 'baseline')*"),
         (("--specdec-concurrency", "1,1"), "*'1,1' names 1 twice: give each client count once*"),
         (("--specdec-concurrency", "1,,2"), "*'1,,2' is not a comma list of whole numbers*"),
+        (("--spec-config", ""), "*--spec-config '' names no config*"),
+        (("--specdec-reference", "baseline"),
+         "*--specdec-reference baseline is the only config, so nothing is judged against it*"),
     ],
 )  # fmt: skip
 def test_the_run_refuses_before_it_boots(

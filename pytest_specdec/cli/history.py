@@ -34,9 +34,18 @@ def history(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"specdec history: error: {exc} (see specdec history --help)", file=sys.stderr)
         return 2
+    if not args.baseline_dir.is_dir() and not args.results:
+        print(f"specdec history: error: --baseline-dir {args.baseline_dir} is not a folder "
+              "(fix the path), and no --results were given", file=sys.stderr)  # fmt: skip
+        return 2
     series = load_series(args.baseline_dir, args.results, policy)
     if args.config:
+        stored = sorted({str(s.key.get("config")) for s in series})
         series = [s for s in series if s.key.get("config") in args.config]
+        if not series:
+            print(f"specdec history: error: no history of config {', '.join(args.config)} "
+                  f"(configs there: {', '.join(stored) or 'none'})", file=sys.stderr)  # fmt: skip
+            return 2
     if args.json:
         doc: dict[str, Any] = {"policy": vars(policy), "series": [s.to_dict() for s in series]}
         print(json.dumps(doc, indent=2, sort_keys=True))

@@ -74,6 +74,9 @@ def check_configs(engine: str, names: Sequence[str]) -> None:
 def parse_draft(value: str) -> tuple[str, str]:
     """``--draft-model [ROLE=]PATH`` as (role, path); the role defaults to ``draft``."""
     role, sep, path = value.partition("=")
+    if sep and not role:
+        raise ConfigError(f"--draft-model {value!r}: the role before '=' is empty; give "
+                          "ROLE=PATH (e.g. dflash=/models/d) or the path alone")  # fmt: skip
     if not sep or "/" in role or not ROLE.fullmatch(role):
         role, path = "draft", value
     if not path:

@@ -43,6 +43,8 @@ def baseline_update(args: argparse.Namespace) -> int:
 
 def baseline_show(args: argparse.Namespace) -> int:
     """One row per baseline file: sessions, latest and mean suite tok/s, engine version."""
+    if not args.baseline_dir.is_dir():
+        raise BaselineError(f"--baseline-dir {args.baseline_dir} is not a folder: fix the path")
     paths = sorted(p for p in args.baseline_dir.rglob("*.json") if not p.name.startswith("."))
     rows = [["baseline", "sessions", "suite tok/s (last)", "suite tok/s (mean)", "engine", "last"]]
     for path in paths:

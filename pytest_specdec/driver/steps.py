@@ -202,7 +202,7 @@ class Steps:
         except RequestFailed as exc:
             rec.error = str(exc)
         except asyncio.TimeoutError:
-            rec.error = f"request timed out after {self.settings.request_timeout_s:.0f} s"
+            rec.error = f"request timed out after {self.settings.request_timeout_s:g} s"
         except Exception as exc:  # a response the adapter could not read, a dropped socket
             rec.error = f"{type(exc).__name__}: {exc}"
         return rec

@@ -391,7 +391,8 @@ def gather(
 ) -> SiteData:
     """Every key's nights, change points and latest records; SiteError on unusable input."""
     if not results and not (baseline_dir.is_dir() and any(baseline_dir.rglob("*.json"))):
-        where = "is empty" if baseline_dir.is_dir() else "does not exist"
+        where = ("is empty" if baseline_dir.is_dir() else "is a file, not a folder"
+                 if baseline_dir.exists() else "does not exist")  # fmt: skip
         raise SiteError(
             f"nothing to build a site from: the baseline folder {baseline_dir} {where} and no "
             "results files were given; pass --baseline-dir DIR and/or --results FILE_OR_DIR"
