@@ -789,7 +789,8 @@ def test_runner_measures_through_the_server(
     assert run_errors(runs) == []
 
     chat, metrics = "/v1/chat/completions", "/metrics"
-    assert fake.paths == ["/health", metrics, chat, metrics, metrics, chat, metrics]
+    # /v1/models once: an external server's baselines are kept per the model it names
+    assert fake.paths == ["/health", "/v1/models", metrics, chat, metrics, metrics, chat, metrics]
     assert fake.chats == 2
     expected_messages = [{"role": m.role, "content": m.content} for m in prompt.messages]
     for body in fake.chat_bodies:

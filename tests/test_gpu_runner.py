@@ -36,7 +36,7 @@ def _server(on_chat: Callable[[int], None]) -> httpx.MockTransport:
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/health":
             return httpx.Response(200, json={"status": "ok"})
-        if request.url.path == "/metrics":
+        if request.url.path in ("/metrics", "/v1/models"):
             return httpx.Response(404)
         count[0] += 1
         on_chat(count[0])

@@ -174,7 +174,7 @@ def test_a_round_whose_requests_fail_is_an_error_never_a_number(
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines([
-        "*round 1: client * request timed out after 0 s*",
+        "*round 1: client * request timed out after 0.02 s*",
         "*round 1: the level stopped here: its 1 later round(s) were not run*",
         "*np2: NOT UPDATED: np2: not added to the baseline: 0 failed run(s) and 1 failed load "
         "round(s)*",

@@ -248,12 +248,9 @@ def add_commands(sub: Any) -> None:
                      help="false-alarm rate of each verdict (default %(default)s)")  # fmt: skip
     cmp.add_argument("--min-delta", type=fraction, default=VerdictPolicy().min_delta,
                      help="smallest change in tok/s that counts (default %(default)s)")  # fmt: skip
-    cmp.add_argument(
-        "--accept-delta",
-        type=fraction,
-        default=VerdictPolicy().accept_delta,
-        help="smallest change in accept length that counts (default %(default)s)",
-    )
+    cmp.add_argument("--accept-delta", type=fraction, default=VerdictPolicy().accept_delta,
+                     help="smallest change in accept length that counts (default "
+                     "%(default)s)")  # fmt: skip
     cmp.add_argument("--fail-on", type=fail_on, default=("regressed",),
                      help="comma list: regressed, inconclusive, improved, unchanged (every "
                      "verdict), or tok-/accept-/load- each (one) (default: regressed)")  # fmt: skip

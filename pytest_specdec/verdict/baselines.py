@@ -16,15 +16,15 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import math
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_specdec import __version__
 from pytest_specdec.core.results import atomic_write_json, utc_now
+from pytest_specdec.verdict.cells import cell_problems, levels_problem
 from pytest_specdec.verdict.machines import machine_of
 from pytest_specdec.verdict.stats import SessionSummary
 
@@ -229,32 +229,6 @@ class Baseline:
         }
 
 
-def _lacks(cell: Any) -> list[str]:
-    """The fields a stored summary cell lacks (all of them where it is not an object), or
-    holds a value of the wrong kind: ``n`` a count of 1 or more, ``mean_log`` a finite number,
-    ``sd_log`` a finite number of 0 or more, ``runs`` a list of n tok/s above 0."""
-    fields = ("n", "mean_log", "sd_log", "runs")
-    if not isinstance(cell, dict):
-        return list(fields)
-    bad = [f for f in fields if f not in cell]
-    checks: dict[str, Callable[[Any], bool]] = {
-        "n": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-        "mean_log": _finite,
-        "sd_log": lambda v: _finite(v) and v >= 0,
-        "runs": lambda v: (
-            isinstance(v, list)
-            and all(_finite(x) and x > 0 for x in v)
-            and (not isinstance(cell.get("n"), int) or len(v) in (0, cell["n"]))
-        ),
-    }
-    return bad + [f"a valid {f} (got {cell[f]!r})" for f in fields
-                  if f in cell and not checks[f](cell[f])]  # fmt: skip
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _check_document(data: Any, path: Path) -> Baseline:
     if not isinstance(data, dict):
         raise BaselineError(f"baseline {path}: expected a JSON object, got {type(data).__name__}")
@@ -274,41 +248,20 @@ def _check_document(data: Any, path: Path) -> Baseline:
         if not isinstance(prompts, dict):
             raise BaselineError(f"baseline {path}: sessions[{i}].prompts must be an object")
         for name, cell in prompts.items():
-            if missing := _lacks(cell):
+            if missing := cell_problems(cell):
                 raise BaselineError(
                     f"baseline {path}: sessions[{i}].prompts.{name} lacks {', '.join(missing)}"
                 )
         suite = session.get("suite")
-        if suite is not None and (missing := _lacks(suite)):
+        if suite is not None and (missing := cell_problems(suite)):
             raise BaselineError(
                 f"baseline {path}: sessions[{i}].suite lacks {', '.join(missing)} (got "
                 f"{suite!r}); restore the file from version control or remove that session"
             )
-        _check_levels(session.get("levels"), f"baseline {path}: sessions[{i}]")
+        problem = levels_problem(session.get("levels"), f"baseline {path}: sessions[{i}]")
+        if problem:
+            raise BaselineError(problem)
     return Baseline(path, key, sessions)
-
-
-def _check_levels(levels: Any, where: str) -> None:
-    """A session's load-level cells (absent in sessions that measured none)."""
-    if levels is None:
-        return
-    if not isinstance(levels, dict):
-        raise BaselineError(f"{where}.levels must be an object of client counts")
-    for name, cell in levels.items():
-        if not str(name).isdigit():
-            raise BaselineError(f"{where}.levels: {name!r} is not a client count")
-        if missing := _lacks(cell):
-            raise BaselineError(f"{where}.levels.{name} lacks {', '.join(missing)}")
-        phases = cell.get("phase_s")
-        if phases is not None and not (
-            isinstance(phases, dict)
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-                    for v in phases.values())
-        ):  # fmt: skip
-            raise BaselineError(
-                f"{where}.levels.{name}.phase_s must map each forward phase to its GPU seconds "
-                f"per round (numbers >= 0), got {phases!r}; fix or remove it"
-            )
 
 
 def load_baseline(path: Path) -> Baseline | None:
