@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_specdec.core.outputs import results_problem
 from pytest_specdec.core.results import ResultsError, atomic_write_json, load_results
 from pytest_specdec.core.values import SCORES, fail_on, fraction, probability
 from pytest_specdec.report.charts import ChartInputError, ChartsUnavailable
@@ -87,14 +88,15 @@ def compare(args: argparse.Namespace) -> int:
     if not both and not failed:
         raise ResultsError(
             f"no config of {args.new} is in {args.old} "
-            f"({_names(new['configs']) or 'it has none'}; {args.old} has "
-            f"{_names(old['configs']) or 'none'}): nothing to compare"
+            f"({', '.join(_names_of(new)) or 'it has none'}; {args.old} has "
+            f"{', '.join(_names_of(old)) or 'none'}): nothing to compare"
         )
     judged = [judge_reference(new, cfg, before[cfg["name"]], policy) for cfg in both]
     judged = adjust(judged, policy)
+    now = {c["name"]: c for c in both}
     for j in judged:
         print(f"{j.config}: {j.message}")
-        for note in [*j.notes, *_setups_differ(old, before[j.config], new, j.config)]:
+        for note in [*j.notes, *_setups_differ(old, before[j.config], new, now[j.config])]:
             print(f"{j.config}: note: {note}")
         for line in accept_summary_lines(j.config, j.acceptance):
             print(line)
@@ -119,16 +121,13 @@ def _names_of(doc: Mapping[str, Any]) -> list[str]:
     return [str(c["name"]) for c in doc["configs"]]
 
 
-def _names(configs: Sequence[Mapping[str, Any]]) -> str:
-    return ", ".join(str(c["name"]) for c in configs)
-
-
 def _setups_differ(
-    old: Mapping[str, Any], before: Mapping[str, Any], new: Mapping[str, Any], name: str
-) -> list[str]:
-    """A note where NEW's config ran another setup than OLD's (engine, model, hardware, flags,
-    output length): the verdict then compares two setups, not one over time."""
-    now = next(c for c in new["configs"] if c["name"] == name)
+    old: Mapping[str, Any], before: Mapping[str, Any], new: Mapping[str, Any],
+    now: Mapping[str, Any],
+) -> list[str]:  # fmt: skip
+    """A note where NEW's config ``now`` ran another setup than OLD's ``before`` (engine,
+    model, hardware, flags, output length): the verdict then compares two setups, not one
+    over time."""
     diff = key_mismatch(key_for(old, before), key_for(new, now))
     if not diff:
         return []
@@ -182,18 +181,10 @@ def report_paths(kind: str, paths: list[str]) -> tuple[list[Path], Path | None]:
         ):
             raise ReportArgsError(f"report {kind} would write over its input {source}: name "
                                   "another file to write")  # fmt: skip
-    if out.is_file() and out.suffix.lower() != ".png" and _is_results(out):
+    if out.is_file() and out.suffix.lower() != ".png" and results_problem(out) is None:
         raise ReportArgsError(f"report {kind} would replace {out}, which holds a run's results: "
                               "name a new file to write")  # fmt: skip
     return inputs, out
-
-
-def _is_results(path: Path) -> bool:
-    try:
-        load_results(path)
-    except (ResultsError, OSError, ValueError):
-        return False
-    return True
 
 
 def report(args: argparse.Namespace) -> int:

@@ -44,21 +44,31 @@ def _blocking_file(path: Path) -> Path | None:
     return None
 
 
+def _under_file(flag: str, path: Path) -> str | None:
+    blocker = _blocking_file(path)
+    if blocker is None:
+        return None
+    return f"{flag} {path}: {blocker} is a file, not a folder: fix the path"
+
+
 def _file_problem(flag: str, path: Path) -> str | None:
     if path.is_dir():
         return f"{flag} {path} is a folder: name a file in it, e.g. {path / 'results.json'}"
-    blocker = _blocking_file(path)
-    if blocker is not None:
-        return f"{flag} {path}: {blocker} is a file, not a folder: fix the path"
-    return None
+    return _under_file(flag, path)
 
 
 def _folder_problem(flag: str, path: Path) -> str | None:
     if path.exists() and not path.is_dir():
         return f"{flag} {path} is a file, not a folder: name a folder"
-    blocker = _blocking_file(path)
-    if blocker is not None:
-        return f"{flag} {path}: {blocker} is a file, not a folder: fix the path"
+    return _under_file(flag, path)
+
+
+def results_problem(path: Path) -> str | None:
+    """Why the file at ``path`` is not a run's results (None: it is one)."""
+    try:
+        load_results(path)
+    except ResultsError as exc:
+        return str(exc)
     return None
 
 
@@ -67,15 +77,12 @@ def _replaces(flag: str, path: Path, results: bool) -> str | None:
     ``.prev``); a report must not replace a results file."""
     if not path.is_file():
         return None
-    try:
-        load_results(path)
-    except ResultsError as exc:
-        if results:
-            return (
-                f"{flag} {path} exists and is not a pytest-specdec results file ({exc}); the "
-                "run would replace it: name another path, or move that file aside"
-            )
-        return None
-    if results:
+    problem = results_problem(path)
+    if results and problem is not None:
+        return (
+            f"{flag} {path} exists and is not a pytest-specdec results file ({problem}); the "
+            "run would replace it: name another path, or move that file aside"
+        )
+    if results or problem is not None:
         return None
     return f"{flag} {path} holds a run's results, which the report would replace: name another file"

@@ -20,7 +20,7 @@ import httpx
 
 from pytest_specdec.core.configs import ConfigError, Registry, SpecConfig
 from pytest_specdec.core.results import ConfigRecord
-from pytest_specdec.driver.plan import EXTERNAL, BootPlan
+from pytest_specdec.driver.plan import BootPlan
 from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.engines import Engine
 from pytest_specdec.engines.base import LaunchSpec, redact
@@ -149,8 +149,7 @@ class Booter:
                 )
             time.sleep(0.5)
         plan.write(record)
-        target = record.models.get("target") or {}
-        if target.get("id") == EXTERNAL:  # no --specdec-model: the model the server names
+        if self.settings.model is None:  # no --specdec-model: the model the server names
             served = self.loop.run(served_model(server.client), timeout=PROBE_S + 1)
             if served is not None:
                 record.models = {**record.models, "target": {"id": served, "served": True}}

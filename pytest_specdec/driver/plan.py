@@ -107,9 +107,6 @@ class PlanRefused(ConfigError):
         self.plan = plan
 
 
-EXTERNAL = "external"  # an external server's model, until it names one (boot.served_model)
-
-
 def log_path(log_dir: Path, cfg: SpecConfig, port: int) -> Path:
     return log_dir / f"{cfg.engine}-{cfg.name}-{port}.log"
 
@@ -148,7 +145,7 @@ class Planner:
         if self.settings.server_url:
             url = str(self.settings.server_url).rstrip("/")
             timeout = self.settings.startup_timeout_s or 30.0
-            models = {"target": {"id": self.settings.model or EXTERNAL}}
+            models = {"target": {"id": self.settings.model or "external"}}
             return BootPlan(cfg, engine, None, None, url, timeout, models=models, interface=how)
         if cfg.flush and not engine.flushes:
             raise ConfigError(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pytest_specdec.core.results import atomic_write_json, utc_now
-from pytest_specdec.report.site_assets import check_available, write_assets
+from pytest_specdec.report.site_assets import VIOLATIONS, check_available, write_assets
 from pytest_specdec.report.site_data import SiteData, SiteError, gather
 from pytest_specdec.report.site_key import key_page
 from pytest_specdec.report.site_load import load_configs
@@ -78,7 +78,7 @@ def _clear(out: Path) -> None:
     if not present:
         return
     index = out / "index.html"
-    if not (index.is_file() and 'id="csp-violations"' in index.read_text(errors="replace")):
+    if not (index.is_file() and VIOLATIONS in index.read_text(errors="replace")):
         raise SiteError(
             f"{out} already holds {', '.join(present)}, which no earlier report site wrote "
             f"(no {MANIFEST} there); the site would replace them: name a new or empty folder "

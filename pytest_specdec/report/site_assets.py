@@ -180,6 +180,9 @@ def chart(element_id: str, spec: dict[str, Any], label: str) -> str:
     )
 
 
+VIOLATIONS = '<pre id="csp-violations" hidden></pre>'  # every page has it: it marks the site's
+
+
 def page(title: str, subtitle: str, body: str, depth: int, charts: bool = False) -> str:
     """A whole page; ``depth`` is how many folders below the site's root it is written."""
     up = "../" * depth
@@ -193,7 +196,7 @@ def page(title: str, subtitle: str, body: str, depth: int, charts: bool = False)
         f'<script src="{up}{SCRIPT}"></script>{scripts}</head>\n<body>'
         f'<header><h1>{esc(title)}</h1><p>{subtitle}</p><nav><a href="{up}index.html">'
         "overview</a></nav></header>\n<main>"
-        f'{body}<pre id="csp-violations" hidden></pre></main></body></html>\n'
+        f"{body}{VIOLATIONS}</main></body></html>\n"
     )
 
 
