@@ -399,6 +399,34 @@ def test_configs_lint_warns_and_passes_a_config_without_the_draft_backend(
     assert out[-1].startswith("sglang:standalone-d16: ok (sglang 0.5.17 accepts every flag)")
 
 
+def test_configs_lint_names_the_version_of_the_parser_virtualenv_it_asked(
+    sglang_python: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With no interpreter set and no SGLang in this one, lint asks the parser virtualenv
+    ./scripts/setup installs, and says so: its version and interpreter, not a bare "sglang"."""
+    import importlib.util
+
+    from pytest_specdec.cli.main import main
+
+    venv = Path(sglang_python).parent.parent
+    if not venv.name.startswith("sglang-") or not venv.name.endswith("-venv"):
+        pytest.skip(f"{sglang_python} is not a parser virtualenv of ./scripts/setup")
+    monkeypatch.delenv("SPECDEC_SGLANG_PYTHON", raising=False)
+    monkeypatch.setenv("SPECDEC_CACHE", str(venv.parent))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "sglang" else real_find_spec(name, *a),
+    )
+    monkeypatch.chdir(Path(__file__).parent.parent)
+    assert main(["configs", "lint", "standalone-d16", "--engine", "sglang"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert (
+        last == f"sglang:standalone-d16: ok (sglang 0.5.17 in {sglang_python} accepts every flag)"
+    )
+
+
 def test_configs_lint_checks_every_interface_of_ddtree(
     sglang_python: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

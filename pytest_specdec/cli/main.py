@@ -64,7 +64,7 @@ def cmd_configs_lint(args: argparse.Namespace) -> int:
         except (LintUnavailable, EngineNotInstalled) as exc:
             print(f"specdec: cannot lint {cfg.qualified_name}: {exc}", file=sys.stderr)
             return 3
-        installed = installed or engine.version() or engine.name
+        installed = installed or engine.lint_version() or engine.name
         name = cfg.qualified_name + (f" (interface {interface})" if len(interfaces) > 1 else "")
         for finding in findings:
             print(f"{name}: {finding} (checked against {installed})")

@@ -118,6 +118,8 @@ class Engine(Protocol):
 
     def version(self) -> str | None: ...
 
+    def lint_version(self) -> str | None: ...
+
     def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]: ...
 
     def lint(self, spec: LaunchSpec) -> list[Finding]: ...
@@ -358,6 +360,10 @@ class EngineBase:
 
     def __init__(self, settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
+
+    def lint_version(self) -> str | None:
+        """The version of what :meth:`lint` checks a command line against: the engine's own."""
+        return self.version()  # type: ignore[attr-defined, no-any-return]
 
     def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The engine-relevant variables of ``environ``, values of secret-looking names hidden."""

@@ -136,6 +136,14 @@ def _version_key(text: str) -> tuple[int, ...]:
     return tuple(int(part) if part.isdigit() else -1 for part in text.split("."))
 
 
+def _sglang_version(python: str) -> str | None:
+    try:
+        proc = _probe(python, "import importlib.metadata as m; print(m.version('sglang'))")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return f"sglang {proc.stdout.strip()}" if proc.returncode == 0 else None
+
+
 def _probe(python: str, code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [python, "-c", code], capture_output=True, text=True, timeout=60, check=False
@@ -214,14 +222,16 @@ class SGLangEngine(EngineBase):
         return finish_spec(argv, ctx, self.settings)
 
     def version(self) -> str | None:
-        settings = self.settings
-        try:
-            proc = _probe(
-                _python(settings), "import importlib.metadata as m; print(m.version('sglang'))"
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return f"sglang {proc.stdout.strip()}" if proc.returncode == 0 else None
+        return _sglang_version(_python(self.settings))
+
+    def lint_version(self) -> str | None:
+        """That of the interpreter whose parser :meth:`lint` asks (the parser virtualenv's
+        where the boot interpreter has no SGLang), written with the interpreter when it is
+        not the one that boots."""
+        python = _python(self.settings)
+        parser = _lint_python(self.settings, python)
+        found = _sglang_version(parser)
+        return found if parser == python or found is None else f"{found} in {parser}"
 
     def render(self, model: str, conversations: Sequence[Sequence[Mapping[str, str]]]) -> Rendering:
         """Through the native endpoint the prompts are sent as text: rendered here with the
