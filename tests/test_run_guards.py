@@ -162,3 +162,21 @@ def test_bisect_refuses_a_suite_file_that_is_not_there(
     setup = _setup(Request(tmp_path / "c.toml", "baseline", engine="llamacpp"), candidates)
     builtin = load_suite_settings(builtin_suite_file())
     assert setup.suite.files == builtin.files and setup.settings.config_names == ("baseline",)
+
+
+def test_bisect_names_a_missing_model_before_it_boots_anything(tmp_path: Path) -> None:
+    """A suite file whose target model is not there used to fail at the first boot, as "the
+    good endpoint did not boot … pick another --good": the model is checked first, and the
+    message says where a bisect takes it from (it has no --specdec-model)."""
+    from pytest_specdec.bisect.app import Request, _setup
+    from pytest_specdec.bisect.candidates import BisectError, Candidate
+
+    suite = tmp_path / "specdec.toml"
+    suite.write_text('[suite]\nengine = "llamacpp"\n[models.llamacpp]\ntarget = "gone.gguf"\n')
+    candidates = [Candidate("a", 0, server="/bin/true"), Candidate("b", 1, server="/bin/true")]
+    with pytest.raises(BisectError) as caught:
+        _setup(Request(tmp_path / "c.toml", "baseline", suite_file=suite), candidates)
+    message = str(caught.value)
+    assert "target model" in message and "gone.gguf does not exist" in message
+    assert f"suite file's [models.llamacpp]: {suite}" in message
+    assert "good endpoint" not in message

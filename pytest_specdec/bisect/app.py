@@ -19,6 +19,7 @@ from pytest_specdec.core.configs import ConfigError, load_registry
 from pytest_specdec.core.suitefile import default_suite_file, load_suite_settings
 from pytest_specdec.core.workloads import WorkloadError, load_workload
 from pytest_specdec.driver.boot import resolve_configs
+from pytest_specdec.driver.plan import Planner
 from pytest_specdec.driver.settings import RunSettings
 from pytest_specdec.engines.container import DockerSettings
 from pytest_specdec.engines.launch import LaunchError
@@ -86,6 +87,13 @@ def _setup(req: Request, candidates: list[Candidate]) -> Setup:
         engine=cfg.engine, config_names=(cfg.name,), runs=req.runs, max_tokens=req.max_tokens,
         results_path=None, docker=docker, alpha=req.alpha, min_delta=req.min_delta,
     )  # fmt: skip
+    try:  # before any boot, so that a missing model is not blamed on the good endpoint
+        Planner(settings, suite).models_for(cfg)
+    except ConfigError as exc:
+        raise BisectError(
+            f"{exc}\n(a bisect takes its models from the suite file's [models.{cfg.engine}]: "
+            f"{suite.path or 'the built-in suite'})"
+        ) from None
     return Setup(settings, registry, suite, workload, req.out_dir)
 
 
