@@ -312,12 +312,35 @@ def _check_session_options(getopt: Any) -> None:
             f"--specdec-target-mde {getopt('--specdec-target-mde'):g} decides when adaptive "
             "sessions stop; add --specdec-adaptive (and --specdec-sessions N)"
         )
+    _check_unused(getopt)
     if getopt("--specdec-max-minutes") is not None and getopt("--specdec-server-url"):
         raise pytest.UsageError(
             f"--specdec-max-minutes {getopt('--specdec-max-minutes'):g} budgets the machine "
             "time of the server sessions the plugin boots; with --specdec-server-url it boots "
             "none (the server's time is yours to budget): drop one of the two"
         )
+
+
+def _check_unused(getopt: Any) -> None:
+    """Options that would do nothing, refused rather than dropped without a word: sampling
+    settings at temperature 0 (greedy: the requests carry neither), and the container's image
+    or binary without the Docker launcher (the engine boots on the host)."""
+    if not getopt("--specdec-temperature"):
+        for flag in ("--specdec-top-p", "--specdec-seed"):
+            if getopt(flag) is not None:
+                raise pytest.UsageError(
+                    f"{flag} {getopt(flag):g} applies to sampled requests, and at "
+                    "--specdec-temperature 0 (the default) every request is greedy and carries "
+                    f"none: add --specdec-temperature T (e.g. 0.8), or drop {flag}"
+                )
+    if getopt("--specdec-launcher") != "docker":
+        for flag in ("--specdec-docker-image", "--specdec-docker-binary"):
+            if getopt(flag):
+                raise pytest.UsageError(
+                    f"{flag} {getopt(flag)} is for the container the Docker launcher starts, "
+                    "and this run boots the engine on the host: add --specdec-launcher docker, "
+                    f"or drop {flag}"
+                )
 
 
 REPORT_FLAGS = ("--specdec-markdown", "--specdec-benchmark-json", "--specdec-chart")

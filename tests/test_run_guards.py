@@ -73,6 +73,13 @@ def test_a_results_path_holding_another_kind_of_file_is_refused(tmp_path: Path) 
         (("--spec-config", ""), "*--spec-config '' names no config*"),
         (("--specdec-reference", "baseline"),
          "*--specdec-reference baseline is the only config, so nothing is judged against it*"),
+        (("--specdec-top-p", "0.95"), "*--specdec-top-p 0.95 applies to sampled requests, and "
+         "at --specdec-temperature 0 (the default) every request is greedy*"),
+        (("--specdec-seed", "3"), "*--specdec-seed 3 applies to sampled requests*add "
+         "--specdec-temperature T (e.g. 0.8), or drop --specdec-seed*"),
+        (("--specdec-docker-image", "lmsysorg/sglang:v0.5.17"),
+         "*--specdec-docker-image lmsysorg/sglang:v0.5.17 is for the container the Docker "
+         "launcher starts*add --specdec-launcher docker, or drop --specdec-docker-image*"),
     ],
 )  # fmt: skip
 def test_the_run_refuses_before_it_boots(
