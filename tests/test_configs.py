@@ -237,3 +237,20 @@ def test_a_config_lists_its_other_interfaces(tmp_path: Path) -> None:
         ConfigError, match=r"interfaces\.b: unknown key\(s\) x; valid keys: args, env"
     ):
         load_registry([path])
+
+
+def test_the_modules_example_config_loads_as_written(tmp_path: Path) -> None:
+    """The TOML in core/configs.py's docstring, where users read the keys: it loads, with
+    ``flush`` on the config (written after the interface table it went into that table and
+    was refused as an unknown key of the interface)."""
+    import textwrap
+
+    from pytest_specdec.core import configs
+
+    doc = configs.__doc__ or ""
+    example = textwrap.dedent(doc.split("::\n", 1)[1].split("\n\nNames resolve", 1)[0])
+    path = tmp_path / "example.toml"
+    path.write_text(example)
+    cfg = load_registry([path]).resolve("my-config", "llamacpp")
+    assert cfg.flush == "run" and cfg.draft == "draft"
+    assert list(cfg.alternatives) == ["other-build"]

@@ -11,11 +11,11 @@ in ``pytest_specdec/presets/<engine>.toml``; users add or override configs in
     draft = "draft"                # optional: the draft-model role this config needs
     description = "..."
     interface = "upstream"         # which engine interface the flags assume
+    flush = "run"                  # optional: reset the engine's caches before each request
+                                   # ("run") or before each prompt's first ("prompt")
     [configs.my-config.interfaces.other-build]  # optional: the same config where an engine
     args = ["--other-flag"]                     # build has another interface (the first one
     env = {}                                    # the installed engine accepts is booted)
-    flush = "run"                  # optional: reset the engine's caches before each request
-                                   # ("run") or before each prompt's first ("prompt")
 
 Names resolve within one engine (``draft-d16``) or qualified (``llamacpp:draft-d16``).
 """
