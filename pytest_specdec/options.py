@@ -275,8 +275,7 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             type=Path,
             default=None,
             metavar="DIR",
-            help="baseline store (default: the suite file's [suite] baseline_dir, else baselines/; "
-            "relative to the rootdir)",
+            help="baseline store (default: [suite] baseline_dir, else baselines/ in the rootdir)",
         ),
     ),
     (
