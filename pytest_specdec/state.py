@@ -200,6 +200,7 @@ class SpecdecState:
             results = results.with_name(f"{results.stem}.{self.worker_id}{results.suffix}")
         given = getopt("--specdec-cpus")  # checked now; the automatic split when first used
         _check_session_options(getopt)
+        _check_unused(getopt)
         return RunSettings(
             engine=engine,
             config_names=tuple(  # a name resolved on another engine travels qualified
@@ -312,7 +313,6 @@ def _check_session_options(getopt: Any) -> None:
             f"--specdec-target-mde {getopt('--specdec-target-mde'):g} decides when adaptive "
             "sessions stop; add --specdec-adaptive (and --specdec-sessions N)"
         )
-    _check_unused(getopt)
     if getopt("--specdec-max-minutes") is not None and getopt("--specdec-server-url"):
         raise pytest.UsageError(
             f"--specdec-max-minutes {getopt('--specdec-max-minutes'):g} budgets the machine "

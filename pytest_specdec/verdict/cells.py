@@ -30,8 +30,12 @@ def cell_problems(cell: Any) -> list[str]:
                   if f in cell and not checks[f](cell[f])]  # fmt: skip
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return _number(value) and math.isfinite(value)
 
 
 def levels_problem(levels: Any, where: str) -> str | None:
@@ -49,8 +53,7 @@ def levels_problem(levels: Any, where: str) -> str | None:
         phases = cell.get("phase_s")
         if phases is not None and not (
             isinstance(phases, dict)
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-                    for v in phases.values())
+            and all(_number(v) and v >= 0 for v in phases.values())
         ):  # fmt: skip
             return (
                 f"{where}.levels.{name}.phase_s must map each forward phase to its GPU seconds "
