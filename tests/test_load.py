@@ -656,6 +656,9 @@ def test_load_levels_are_cells_of_the_session_entry_and_checked_on_read() -> Non
     doc["sessions"][0]["levels"] = {"8": cell}
     with pytest.raises(BaselineError, match=r"levels.8.phase_s must map each forward phase"):
         _check_document(doc, Path("b.json"))
+    cell["phase_s"] = {"extend": math.inf}  # JSON's Infinity reads back as a float
+    with pytest.raises(BaselineError, match=r"levels.8.phase_s must map each forward phase"):
+        _check_document(doc, Path("b.json"))
     cell["phase_s"] = {"extend": 0.4}
     _check_document(doc, Path("b.json"))  # a well-formed one is read
 

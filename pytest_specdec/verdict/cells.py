@@ -53,10 +53,10 @@ def levels_problem(levels: Any, where: str) -> str | None:
         phases = cell.get("phase_s")
         if phases is not None and not (
             isinstance(phases, dict)
-            and all(_number(v) and v >= 0 for v in phases.values())
+            and all(_finite(v) and v >= 0 for v in phases.values())
         ):  # fmt: skip
             return (
                 f"{where}.levels.{name}.phase_s must map each forward phase to its GPU seconds "
-                f"per round (numbers >= 0), got {phases!r}; fix or remove it"
+                f"per round (finite numbers >= 0), got {phases!r}; fix or remove it"
             )
     return None
