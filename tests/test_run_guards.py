@@ -41,6 +41,16 @@ def test_outputs_that_cannot_be_written_are_named_with_their_flag(tmp_path: Path
     assert "is the results file (--specdec-results)" in found
 
 
+def test_every_report_the_options_define_is_checked_before_the_run() -> None:
+    """The run checks each report path it can write before it measures (state.REPORT_FLAGS);
+    options and state sit in one layer and import neither the other, so the two lists are
+    held equal here: a report option added to one alone would go unchecked or undefined."""
+    from pytest_specdec.options import REPORT_OPTIONS
+    from pytest_specdec.state import REPORT_FLAGS
+
+    assert tuple(flag for flag, _ in REPORT_OPTIONS) == REPORT_FLAGS
+
+
 def test_a_results_path_holding_another_kind_of_file_is_refused(tmp_path: Path) -> None:
     """``--specdec-results`` named a baseline file: the run replaced it, and the baseline's
     history was gone (an earlier run's results are kept as ``.prev``; a file of another kind
