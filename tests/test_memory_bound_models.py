@@ -23,21 +23,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests_support import CACHE, Throttle, missing
+from tests_support import CACHE, SMOLLM2_GGUF, Throttle
 
 from specdec_lab.cli.memory_bound_models import main as make_models
 from specdec_lab.models import memory_bound as mbm
 
 REPO = Path(__file__).resolve().parent.parent
 
-BASE = CACHE / "models" / mbm.BASE_NAME
-
 
 @pytest.fixture(scope="module")
-def base() -> Path:
-    if not BASE.is_file():
-        missing(f"no SmolLM2 GGUF at {BASE}")
-    return BASE
+def base(smollm2_gguf: Path) -> Path:
+    assert smollm2_gguf.name == mbm.BASE_NAME  # the lab makes its models from this file
+    return smollm2_gguf
 
 
 def sha256(path: Path) -> str:
@@ -178,7 +175,7 @@ def test_knob_lowers_acceptance_and_regressions_are_told_apart(
     # LLAMA_ARG_UBATCH=1, costs about nothing on one CPU thread, where a batch of five costs
     # five passes anyway; it stays, so that the verdict also names the engine's changed
     # environment.)
-    with Throttle(str(BASE), share=0.25) as throttle:
+    with Throttle(str(SMOLLM2_GGUF), share=0.25) as throttle:
         slower, slower_doc = run_d4(knob_project, monkeypatch, ubatch=1)
     assert throttle.stopped, "the throttle found no engine of the run"
     (verdict,) = slower_doc["verdicts"]

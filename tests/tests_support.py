@@ -28,6 +28,7 @@ from pytest_specdec.verdict.stats import (
 )
 
 CACHE = cache_root()  # read before pytester points HOME at its temporary folder
+SMOLLM2_GGUF = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"  # the PyPI package's
 SGLANG_VERSION = "0.5.17"  # the default of ./scripts/install-sglang-parser
 
 
