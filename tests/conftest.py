@@ -16,7 +16,7 @@ from pytest_specdec.engines.llamacpp import find_binary
 from pytest_specdec.gpu.nvml import load_nvml, probe
 
 REPO = Path(__file__).resolve().parent.parent
-TARGET = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TARGET = SMOLLM2_GGUF.name
 DRAFT = "SmolLM2-135M-Instruct.Q4_0.gguf"
 os.environ.setdefault("SPECDEC_CACHE", str(CACHE))  # engine look-ups in tests and subprocesses
 # Every lossless check boots its reference, as the tests of it expect; the stored reference has

@@ -23,9 +23,12 @@ import step_phases  # noqa: E402  (bench/step_phases.py)
 SIDES = ("default", "overlap-off", "eager-head")
 
 
+def _named(path: Path, name: str) -> dict:  # type: ignore[type-arg]
+    return dict(step_phases.config_named(load_results(path), name))
+
+
 def _config(side: str) -> dict:  # type: ignore[type-arg]
-    doc = load_results(RUN / f"h100-dflash-random-{side}.json.gz")
-    return dict(step_phases.config_named(doc, "dflash-b16-random"))
+    return _named(RUN / f"h100-dflash-random-{side}.json.gz", "dflash-b16-random")
 
 
 def _cost(side: str) -> step_phases.StepCost:
@@ -66,10 +69,8 @@ def test_the_fork_s_settings_cost_0_5_17_about_2_ms_a_step_of_the_fork_s_5() -> 
     )
     verify = {s: c.phase_per_step_ms()["target_verify"] for s, c in costs.items()}
     assert verify["overlap-off"] - verify["default"] == pytest.approx(0.360, abs=0.001)
-    fork = step_phases.step_cost(dict(step_phases.config_named(load_results(FORK), "dflash-b16")))
-    release = step_phases.step_cost(
-        dict(step_phases.config_named(load_results(RELEASE), "dflash-b16")), clients=1
-    )
+    fork = step_phases.step_cost(_named(FORK, "dflash-b16"))
+    release = step_phases.step_cost(_named(RELEASE, "dflash-b16"), clients=1)
     fork_extra = fork.untimed_per_step_ms - release.untimed_per_step_ms
     ours = untimed["eager-head"] - untimed["default"]
     assert fork_extra == pytest.approx(4.856, abs=0.001)

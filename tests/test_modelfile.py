@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests_support import CACHE, missing
 
 from pytest_specdec.core import modelfile
 from pytest_specdec.core.modelfile import (
@@ -18,15 +17,6 @@ from pytest_specdec.core.modelfile import (
     model_identity,
     read_gguf_header,
 )
-
-SMOLLM2 = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-@pytest.fixture
-def smollm2() -> Path:
-    if not SMOLLM2.is_file():
-        missing(f"no SmolLM2 GGUF at {SMOLLM2}")
-    return SMOLLM2
 
 
 def write_gguf(path: Path, tensors: dict[str, np.ndarray]) -> Path:
@@ -44,17 +34,17 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray]) -> Path:
     return path
 
 
-def test_real_smollm2_tensor_bytes_fill_the_data_section(smollm2: Path) -> None:
-    header = read_gguf_header(smollm2)
-    sizes = gguf_tensor_bytes(smollm2)
+def test_real_smollm2_tensor_bytes_fill_the_data_section(smollm2_gguf: Path) -> None:
+    header = read_gguf_header(smollm2_gguf)
+    sizes = gguf_tensor_bytes(smollm2_gguf)
     assert header["version"] == 3 and len(sizes) == 272
     assert header["metadata"]["llama.block_count"] == 30
-    assert sum(sizes.values()) == smollm2.stat().st_size - header["data_start"]
+    assert sum(sizes.values()) == smollm2_gguf.stat().st_size - header["data_start"]
     assert sizes["blk.0.ffn_gate.weight"] == 576 * 1536 // 32 * 20  # Q4_1: 20 bytes per 32
 
 
-def test_tied_embedding_is_read_every_token(smollm2: Path) -> None:
-    weights = gguf_weights(smollm2)
+def test_tied_embedding_is_read_every_token(smollm2_gguf: Path) -> None:
+    weights = gguf_weights(smollm2_gguf)
     assert weights["bytes_per_token"] == weights["total_bytes"] == 96_576_768
     assert "doubles as the output head" in weights["note"]
 
@@ -76,10 +66,10 @@ def test_a_separate_output_head_leaves_the_embedding_out(tmp_path: Path) -> None
 
 
 def test_truncated_and_foreign_files_are_errors_naming_the_file(
-    smollm2: Path, tmp_path: Path
+    smollm2_gguf: Path, tmp_path: Path
 ) -> None:
     cut = tmp_path / "cut.gguf"
-    cut.write_bytes(smollm2.read_bytes()[:100_000])  # inside the tokenizer metadata
+    cut.write_bytes(smollm2_gguf.read_bytes()[:100_000])  # inside the tokenizer metadata
     with pytest.raises(ModelFileError, match=r"cut\.gguf: GGUF header ends early"):
         gguf_weights(cut)
     foreign = tmp_path / "x.gguf"
