@@ -361,9 +361,13 @@ class EngineBase:
     def __init__(self, settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
 
+    def version(self) -> str | None:
+        """The engine's installed version, None when unknown: each adapter knows where to ask."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how to read its version")
+
     def lint_version(self) -> str | None:
         """The version of what :meth:`lint` checks a command line against: the engine's own."""
-        return self.version()  # type: ignore[attr-defined, no-any-return]
+        return self.version()
 
     def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The engine-relevant variables of ``environ``, values of secret-looking names hidden."""
