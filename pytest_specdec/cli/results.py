@@ -83,6 +83,7 @@ def compare(args: argparse.Namespace) -> int:
         alpha=args.alpha, min_delta=args.min_delta, accept_delta=args.accept_delta
     )
     before = {c["name"]: c for c in old["configs"]}
+    new_names = set(_names_of(new))
     failed = {c["name"]: c["error"] for c in new["configs"] if c.get("error")}
     both = [c for c in new["configs"] if c["name"] in before and c["name"] not in failed]
     if not both and not failed:
@@ -104,8 +105,8 @@ def compare(args: argparse.Namespace) -> int:
         print(line)
     for name, error in failed.items():
         print(f"{name}: ERROR: it failed in {args.new}, so it has no verdict: {error}")
-    for side, names in ((args.old, set(_names_of(new)) - set(before)),
-                        (args.new, set(before) - set(_names_of(new)))):  # fmt: skip
+    for side, names in ((args.old, new_names - set(before)),
+                        (args.new, set(before) - new_names)):  # fmt: skip
         if names:
             print(f"not in {side}: {', '.join(sorted(names))}")
     gates = args.provisional == "gate"
