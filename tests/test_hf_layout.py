@@ -37,11 +37,6 @@ REPO = Path(__file__).resolve().parent.parent
 LAB_ENV = {**os.environ, "PYTHON": sys.executable}  # the scripts' interpreter: this one
 
 
-@pytest.fixture(scope="module")
-def base(smollm2_gguf: Path) -> Path:
-    return smollm2_gguf
-
-
 def llamacpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's convert_hf_to_gguf.py row order for q/k (the direction it writes)."""
     return (
@@ -87,8 +82,8 @@ def test_safetensors_writer_publishes_whole_files_only(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.part"))
 
 
-def test_smollm2_in_hf_layout_has_the_ggufs_weights(base: Path, smollm2_hf: Path) -> None:
-    report = hf_layout.verify(base, smollm2_hf)
+def test_smollm2_in_hf_layout_has_the_ggufs_weights(smollm2_gguf: Path, smollm2_hf: Path) -> None:
+    report = hf_layout.verify(smollm2_gguf, smollm2_hf)
     assert report["equal"] and report["tensors"] == 272 and not report["extra_in_hf"]
     config = json.loads((smollm2_hf / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
@@ -99,15 +94,17 @@ def test_smollm2_in_hf_layout_has_the_ggufs_weights(base: Path, smollm2_hf: Path
     assert ident["sha256"] and ident["weights"]["total_bytes"] > 2e8
 
 
-def test_verify_finds_a_changed_tensor(base: Path, smollm2_hf: Path, tmp_path: Path) -> None:
+def test_verify_finds_a_changed_tensor(
+    smollm2_gguf: Path, smollm2_hf: Path, tmp_path: Path
+) -> None:
     copy = tmp_path / "changed"
     copy.mkdir()
     raw = bytearray((smollm2_hf / folder.SAFETENSORS).read_bytes())
     raw[-1] ^= 0xFF  # the last byte of the last tensor
     (copy / folder.SAFETENSORS).write_bytes(bytes(raw))
-    report = hf_layout.verify(base, copy)
+    report = hf_layout.verify(smollm2_gguf, copy)
     assert not report["equal"] and len(report["mismatched"]) == 1
-    cli = [str(REPO / "scripts" / "gguf-to-hf"), "--verify", str(base), str(copy)]
+    cli = [str(REPO / "scripts" / "gguf-to-hf"), "--verify", str(smollm2_gguf), str(copy)]
     assert subprocess.run(cli, capture_output=True, check=False, env=LAB_ENV).returncode == 1
 
 
@@ -160,9 +157,11 @@ def _wait_ready(client: httpx.Client, proc: subprocess.Popen[bytes]) -> None:
     raise AssertionError("llama-server not ready in 60 s")
 
 
-def test_one_pass_writes_both_layouts_with_the_same_weights(base: Path, tmp_path: Path) -> None:
-    recipe = mbm.draft_recipe(base, 64, 0.3, seed=7)
-    gguf, record, made = mbm.make(base, tmp_path, recipe, jobs=1, formats=("gguf", "hf"))
+def test_one_pass_writes_both_layouts_with_the_same_weights(
+    smollm2_gguf: Path, tmp_path: Path
+) -> None:
+    recipe = mbm.draft_recipe(smollm2_gguf, 64, 0.3, seed=7)
+    gguf, record, made = mbm.make(smollm2_gguf, tmp_path, recipe, jobs=1, formats=("gguf", "hf"))
     hf = mbm.hf_dir_for(gguf)
     assert made and hf.name == "mb-smollm2-draft-138m-s0.3-seed7.hf"
     assert hf_layout.verify(gguf, hf)["equal"]
@@ -171,9 +170,11 @@ def test_one_pass_writes_both_layouts_with_the_same_weights(base: Path, tmp_path
     config = json.loads((hf / "config.json").read_text())
     assert config["intermediate_size"] == 1536 + 64
     # the HF layout alone, made later, is the same bytes (the generator is deterministic)
-    _, again, made_again = mbm.make(base, tmp_path / "later", recipe, jobs=1, formats=("hf",))
+    _, again, made_again = mbm.make(
+        smollm2_gguf, tmp_path / "later", recipe, jobs=1, formats=("hf",)
+    )
     assert made_again and again["hf"]["sha256"] == record["hf"]["sha256"]
-    _, _, cached = mbm.make(base, tmp_path, recipe, jobs=1, formats=("gguf", "hf"))
+    _, _, cached = mbm.make(smollm2_gguf, tmp_path, recipe, jobs=1, formats=("gguf", "hf"))
     assert not cached
 
 
