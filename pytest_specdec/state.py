@@ -108,6 +108,7 @@ class SpecdecState:
         if getopt("--specdec-chart") is not None:
             _check_charts()
         self.settings = self._run_settings(getopt, root, engine, names)
+        self.notes += _idle_options(self.settings)
         if self.worker_id is None:
             _check_outputs(getopt, self.settings)
         self.summary_lines: list[str] = [f"note: {line}" for line in self.broken_adapters]
@@ -319,6 +320,17 @@ def _check_session_options(getopt: Any) -> None:
             "time of the server sessions the plugin boots; with --specdec-server-url it boots "
             "none (the server's time is yours to budget): drop one of the two"
         )
+
+
+def _idle_options(settings: RunSettings) -> list[str]:
+    """Session options that are accepted but have nothing to do in this run, said in the
+    header (a nightly matrix passes one set of flags to every config, some with one session)."""
+    if settings.adaptive and settings.sessions < 2:
+        return [
+            f"--specdec-adaptive stops sessions early, and --specdec-sessions {settings.sessions} "
+            "boots one: it has nothing to stop (give --specdec-sessions N for up to N)"
+        ]
+    return []
 
 
 def _check_unused(getopt: Any) -> None:

@@ -149,6 +149,23 @@ def test_a_target_mde_without_adaptive_sessions_is_refused(pytester: pytest.Pyte
     )
 
 
+def test_adaptive_sessions_with_one_session_are_named_in_the_header(
+    pytester: pytest.Pytester,
+) -> None:
+    """Accepted (a nightly matrix passes one set of flags to every config), and said."""
+    pytester.makepyfile("def test_x():\n    pass\n")
+    alone = pytester.runpytest("--specdec-adaptive", "-p", "no:cacheprovider")
+    assert alone.ret == pytest.ExitCode.OK
+    alone.stdout.fnmatch_lines(
+        ["specdec: --specdec-adaptive stops sessions early, and --specdec-sessions 1 boots one:*"]
+    )
+    several = pytester.runpytest(
+        "--specdec-adaptive", "--specdec-sessions", "3", "-p", "no:cacheprovider"
+    )
+    assert several.ret == pytest.ExitCode.OK
+    assert "has nothing to stop" not in several.stdout.str()
+
+
 def test_a_budget_with_a_server_given_by_url_is_refused(pytester: pytest.Pytester) -> None:
     """The plugin boots nothing there, so a budget of its sessions' machine time would be
     silently ignored."""
