@@ -6,10 +6,10 @@ timer on; the default, then the overlap scheduler off, then also the draft head 
 from __future__ import annotations
 
 import gzip
-import sys
 from pathlib import Path
 
 import pytest
+from tests_support import bench
 
 from pytest_specdec.core.results import load_results
 
@@ -17,8 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "docs" / "gpu-run" / "dflash-gap"
 FORK = ROOT / "docs" / "gpu-run" / "fork-phases" / "h200-dflash-phases-fork.json.gz"
 RELEASE = ROOT / "docs" / "gpu-run" / "load-dflash" / "h200-load.json.gz"
-sys.path.insert(0, str(ROOT / "bench"))
-import step_phases  # noqa: E402  (bench/step_phases.py)
+step_phases = bench("step_phases")
 
 SIDES = ("default", "overlap-off", "eager-head")
 

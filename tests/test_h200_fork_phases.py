@@ -5,10 +5,10 @@ five prompts and 128 tokens, one request at a time, SGLang's device timer on in 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from tests_support import bench
 
 from pytest_specdec.core.results import load_results
 
@@ -16,8 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FORK = ROOT / "docs" / "gpu-run" / "fork-phases"
 RELEASE = ROOT / "docs" / "gpu-run" / "load-dflash" / "h200-load.json.gz"  # the sixteenth run
 PLAIN = ROOT / "docs" / "gpu-run" / "dflash" / "h200-dflash-b16-generator4.json"
-sys.path.insert(0, str(ROOT / "bench"))
-import step_phases  # noqa: E402  (bench/step_phases.py)
+step_phases = bench("step_phases")
 
 
 def _dflash(path: Path) -> dict:  # type: ignore[type-arg]

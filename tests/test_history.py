@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests_support import bench
 
 from pytest_specdec.cli import main
 from pytest_specdec.core.results import atomic_write_json
@@ -261,10 +262,7 @@ def test_simulated_nights_meet_the_calibrated_rates() -> None:
     """The drift table's key rows (docs/history.md) on fewer, fixed-seed series: a 3% step
     at W 2% / B 1.5% with 3 sessions a night found within 5 nights, and few false change
     points on stationary nights."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    import calibration as cal
+    cal = bench("calibration")
 
     policy = HistoryPolicy()
     rng = np.random.default_rng(2026)

@@ -8,7 +8,6 @@ import itertools
 import json
 import math
 import statistics
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from tests_support import FakeSGLang
+from tests_support import FakeSGLang, bench
 
 from pytest_specdec.core.configs import ConfigError, is_speculative
 from pytest_specdec.core.results import RunRecord, finalize_timings
@@ -722,10 +721,7 @@ def test_suite_file_levels_rounds_and_extends(tmp_path: Path) -> None:
 
 
 def _calibration() -> Any:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    import load_calibration  # bench/load_calibration.py
-
-    return load_calibration
+    return bench("load_calibration")
 
 
 def test_holm_across_sixteen_levels_keeps_false_alarm_nights_rare_and_finds_a_load_drop() -> None:
@@ -933,9 +929,7 @@ def _without(argv: list[str], flags: set[str]) -> list[str]:
 def _h200_boots() -> tuple[Any, dict[str, dict[int, list[Any]]], list[dict[str, Any]]]:
     """bench/load_phases.py and the five H200 boots of `baseline` and `standalone-d16` stored in
     baselines/load (docs/gpu-run.md, "An eleventh H200" and "A thirteenth H200")."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    import load_phases  # bench/load_phases.py
-
+    load_phases = bench("load_phases")
     runs = Path(__file__).resolve().parent.parent / "docs" / "gpu-run"
     gc, curves = runs / "load-gc", runs / "load-curves"
     files = [gc / "h200-load-cause.json.gz", gc / "h200-bl-load-rerun.json.gz",
@@ -1003,9 +997,7 @@ def test_gpu_work_per_decode_pass_leaves_out_the_occupancy() -> None:
     """bench/load_phases.py: two boots whose rounds did the same work per decode step, one of
     them in more steps (late arrivals: fewer requests a step), spread 0% per pass where their
     work per round spread 3%; rounds without a pass count give no line."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    import load_phases  # bench/load_phases.py
-
+    load_phases = bench("load_phases")
     from pytest_specdec.measure.levels import rounds_of
 
     config = {**_config("plain", {64: [9000.0] * 3}, session=1, args=())}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import html
 import importlib
-import importlib.util
 import json
 import re
 import shutil
@@ -16,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from tests_support import bench
 
 from pytest_specdec.cli import main
 from pytest_specdec.core.results import atomic_write_json
@@ -30,22 +30,14 @@ REPO = Path(__file__).resolve().parent.parent
 SEEDED = "gpu-nvidia-h200-x1/sglang/dflash-b16--seeded-target-gguf.json"
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("site_build", REPO / "bench" / "site_build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
+site_build = bench("site_build")
 
 
 @pytest.fixture(scope="module")
 def must_show(tmp_path_factory: pytest.TempPathFactory) -> tuple[SiteSummary, str]:
     work = tmp_path_factory.mktemp("must-show")
-    site = bench.must_show(work / "site", work / "inputs")
-    return site, bench.night_doc(25, [], bench.np.random.default_rng(0))["started_at"]
+    site = site_build.must_show(work / "site", work / "inputs")
+    return site, site_build.night_doc(25, [], site_build.np.random.default_rng(0))["started_at"]
 
 
 def overview_row(index: str, slug: str) -> str:
@@ -130,7 +122,7 @@ def test_the_overview_shows_a_verdicts_ratio_and_reads_a_folder_of_gzipped_resul
 
 def _doc(night: int) -> dict[str, Any]:
     entries = [("dflash-b16", 100.0, 3.0, "b1000")]
-    return dict(bench.night_doc(night, entries, bench.np.random.default_rng(night)))
+    return dict(site_build.night_doc(night, entries, site_build.np.random.default_rng(night)))
 
 
 def test_a_corrupt_results_file_is_named_and_skipped(tmp_path: Path) -> None:
@@ -246,7 +238,7 @@ def test_commands_reports_and_logs_are_redacted(tmp_path: Path) -> None:
 
 
 def test_the_bench_builds_at_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    site = bench.scale(tmp_path, 12, 6)
+    site = site_build.scale(tmp_path, 12, 6)
     assert len(site.data.keys) == 6 and all(len(k.nights) == 12 for k in site.data.keys)
     assert re.search(r"built 12 nights x 6 keys in [\d.]+ s: \d+ files", capsys.readouterr().out)
     shutil.rmtree(tmp_path / "site")

@@ -21,7 +21,8 @@ from typing import Any, ClassVar
 
 import pytest
 from PIL import Image
-from test_site import SEEDED, bench  # the must-show site's builder and its seeded key
+from test_site import SEEDED  # the must-show site's seeded key
+from tests_support import bench
 
 from pytest_specdec.report.site import SiteSummary, build_site
 
@@ -71,7 +72,7 @@ def chromium(tmp: Path, url: str, *args: str) -> tuple[str, list[str]]:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> SiteSummary:
     work = tmp_path_factory.mktemp("browser")
-    summary: SiteSummary = bench.must_show(work / "site", work / "inputs")
+    summary: SiteSummary = bench("site_build").must_show(work / "site", work / "inputs")
     return summary
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests_support import bench
 
 from pytest_specdec.core.results import RunRecord, atomic_write_json, finalize_timings
 from pytest_specdec.measure.levels import rounds_of, summarize_level, summarize_round
@@ -285,9 +286,8 @@ def test_user_text_in_the_load_section_is_escaped(tmp_path: Path) -> None:
 
 
 def test_a_results_file_without_load_levels_has_no_load_section(tmp_path: Path) -> None:
-    from test_site import bench  # the must-show site's night builder
-
-    doc = bench.night_doc(0, [("dflash-b16", 100.0, 3.0, "b1000")], np.random.default_rng(0))
+    site_build = bench("site_build")  # the must-show site's night builder
+    doc = site_build.night_doc(0, [("dflash-b16", 100.0, 3.0, "b1000")], np.random.default_rng(0))
     site = _site(tmp_path, [doc])
     (run,) = site.data.runs
     page = (site.out / "runs" / f"{run.slug}.html").read_text(encoding="utf-8")

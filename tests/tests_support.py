@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.util
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -30,6 +33,20 @@ from pytest_specdec.verdict.stats import (
 CACHE = cache_root()  # read before pytester points HOME at its temporary folder
 SMOLLM2_GGUF = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"  # the PyPI package's
 SGLANG_VERSION = "0.5.17"  # the default of ./scripts/install-sglang-parser
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def bench(name: str) -> ModuleType:
+    """The script bench/NAME.py as a module, loaded once from its path (bench/ stays off
+    sys.path, where its scripts' plain names could shadow another module's)."""
+    key = f"specdec_bench_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, BENCH / f"{name}.py")
+        assert spec is not None and spec.loader is not None, f"no bench/{name}.py"
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module  # before it runs: its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[key]
 
 
 def missing(what: str, fix: str = "./scripts/setup") -> None:
