@@ -325,7 +325,7 @@ def _check_session_options(getopt: Any) -> None:
 def _idle_options(settings: RunSettings) -> list[str]:
     """Session options that are accepted but have nothing to do in this run, said in the
     header (a nightly matrix passes one set of flags to every config, some with one session)."""
-    if settings.adaptive and settings.sessions < 2:
+    if settings.adaptive and not settings.stops_early:
         return [
             f"--specdec-adaptive stops sessions early, and --specdec-sessions {settings.sessions} "
             "boots one: it has nothing to stop (give --specdec-sessions N for up to N)"

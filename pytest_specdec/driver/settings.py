@@ -65,6 +65,11 @@ class RunSettings:
     hardware_fields: tuple[tuple[str, str], ...] = ()  # plugins' extra hardware-key fields
 
     @property
+    def stops_early(self) -> bool:
+        """Adaptive sessions with something to stop: more than one session a config."""
+        return self.adaptive and self.sessions > 1
+
+    @property
     def policy(self) -> VerdictPolicy:
         """The verdict policy; with adaptive sessions, the per-look alpha of a calibrated
         group-sequential plan (looks after each session), calibrated for a history of 40
@@ -74,7 +79,7 @@ class RunSettings:
         base = VerdictPolicy(
             alpha=self.alpha, min_delta=self.min_delta, accept_delta=self.accept_delta
         )
-        if self.adaptive and self.sessions > 1:
+        if self.stops_early:
             looks = tuple(range(1, self.sessions + 1))
             return sequential_plan(
                 base, looks, kind="history", k=PLAN_HISTORY, trials=50_000
