@@ -60,13 +60,15 @@ def _captured(hidden_states: Sequence[Any], layer_ids: Sequence[int]) -> Any:
 
 def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, log: Any) -> Data:
     """Greedy continuations of ``gen_tokens`` tokens (past any end of text, as the suite's
-    fixed-length requests), and the captured hidden states of every token fed to the target."""
+    fixed-length requests), and the captured hidden states of every token fed to the target.
+    The hidden states are kept in host memory, a batch at a time: with the target and a batch's
+    prefill on the GPU they would not fit 80 GB (see :func:`on_device`)."""
     device = next(model.parameters()).device
     width = max(map(len, rendered)) + recipe.gen_tokens
     n = len(rendered)
     kh = len(recipe.target_layer_ids) * model.config.hidden_size
     tokens = torch.zeros(n, width, dtype=torch.long, device=device)
-    feats = torch.zeros(n, width, kh, dtype=model.dtype, device=device)
+    feats = torch.zeros(n, width, kh, dtype=model.dtype)  # host memory
     lengths = torch.zeros(n, dtype=torch.long, device=device)
     prompt_lengths = torch.tensor([len(r) for r in rendered], device=device)
     # batches of prompts of about the same length: a batch is padded to its longest prompt
@@ -77,6 +79,8 @@ def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, 
         rows = [rendered[i] for i in index]
         at = torch.tensor(index, device=device)
         b, longest = len(rows), max(map(len, rows))
+        batch_feats = torch.zeros(b, width, kh, dtype=model.dtype, device=device)
+        every = torch.arange(b, device=device)
         ids = torch.zeros(b, longest, dtype=torch.long, device=device)
         mask = torch.zeros(b, longest, dtype=torch.long, device=device)
         for i, r in enumerate(rows):  # left padding: every row's last token is in the last column
@@ -89,7 +93,7 @@ def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, 
             cap = _captured(out.hidden_states, recipe.target_layer_ids)
             for i, r in enumerate(rows):
                 tokens[index[i], : len(r)] = ids[i, longest - len(r) :]
-                feats[index[i], : len(r)] = cap[i, longest - len(r) :]
+                batch_feats[i, : len(r)] = cap[i, longest - len(r) :]
             nxt = out.logits[:, -1].argmax(-1)
             past, last = out.past_key_values, pos[:, -1]
             lens = torch.tensor([len(r) for r in rows], device=device)
@@ -103,8 +107,17 @@ def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, 
                     input_ids=nxt[:, None], attention_mask=mask, position_ids=last[:, None],
                     past_key_values=past, use_cache=True, output_hidden_states=True,
                 )  # fmt: skip
-                feats[at, lens + step] = _captured(out.hidden_states, recipe.target_layer_ids)[:, 0]
+                cap = _captured(out.hidden_states, recipe.target_layer_ids)
+                batch_feats[every, lens + step] = cap[:, 0]
                 past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
         lengths[at] = lens + recipe.gen_tokens
+        feats[torch.tensor(index)] = batch_feats.cpu()
         log(f"generated {min(first + b, n)}/{n} continuations ({time.monotonic() - start:.0f} s)")
     return Data(tokens, feats, lengths, prompt_lengths, time.monotonic() - start)
+
+
+def on_device(data: Data) -> Data:
+    """``data`` with its hidden states moved to the device of its tokens: for training, once
+    the target is gone from the GPU."""
+    data.feats = data.feats.to(data.tokens.device)
+    return data

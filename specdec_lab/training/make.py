@@ -17,7 +17,7 @@ from typing import Any
 
 from specdec_lab.drafters import layout
 from specdec_lab.formats import folder
-from specdec_lab.training.data import generate, load_target, render, target_lookup
+from specdec_lab.training.data import generate, load_target, on_device, render, target_lookup
 from specdec_lab.training.evaluate import each_prompt, server_path_check
 from specdec_lab.training.model import build_modules, write_drafter
 from specdec_lab.training.prompts import prompts, workload_lines, workload_prompts
@@ -96,6 +96,8 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
     del model
     if device == "cuda":
         torch.cuda.empty_cache()
+    data = on_device(data)
+    workload = on_device(workload) if workload is not None else None
     drafter = build_modules(torch)(config).to(device)
     for p in drafter.parameters():  # a trained layer's scale; norm gains of one
         if p.ndim > 1:
