@@ -69,6 +69,11 @@ def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, 
     kh = len(recipe.target_layer_ids) * model.config.hidden_size
     tokens = torch.zeros(n, width, dtype=torch.long, device=device)
     feats = torch.zeros(n, width, kh, dtype=model.dtype)  # host memory
+    # one batch's hidden states on the GPU, and where they land on the host before their rows
+    # are filled in: reused, and page-locked on a GPU for a fast copy
+    most = min(recipe.gen_batch, n)
+    batch_feats = torch.zeros(most, width, kh, dtype=model.dtype, device=device)
+    staging = torch.empty(most, width, kh, dtype=model.dtype, pin_memory=device.type == "cuda")
     lengths = torch.zeros(n, dtype=torch.long, device=device)
     prompt_lengths = torch.tensor([len(r) for r in rendered], device=device)
     # batches of prompts of about the same length: a batch is padded to its longest prompt
@@ -79,7 +84,7 @@ def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, 
         rows = [rendered[i] for i in index]
         at = torch.tensor(index, device=device)
         b, longest = len(rows), max(map(len, rows))
-        batch_feats = torch.zeros(b, width, kh, dtype=model.dtype, device=device)
+        batch_feats.zero_()
         every = torch.arange(b, device=device)
         ids = torch.zeros(b, longest, dtype=torch.long, device=device)
         mask = torch.zeros(b, longest, dtype=torch.long, device=device)
@@ -111,7 +116,7 @@ def generate(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, 
                 batch_feats[every, lens + step] = cap[:, 0]
                 past, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
         lengths[at] = lens + recipe.gen_tokens
-        feats[torch.tensor(index)] = batch_feats.cpu()
+        feats[torch.tensor(index)] = staging[:b].copy_(batch_feats[:b])
         log(f"generated {min(first + b, n)}/{n} continuations ({time.monotonic() - start:.0f} s)")
     return Data(tokens, feats, lengths, prompt_lengths, time.monotonic() - start)
 
