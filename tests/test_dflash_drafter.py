@@ -161,6 +161,27 @@ def test_cli_refuses_a_target_without_config(tmp_path: Path) -> None:
     assert done.returncode == 1 and "config.json does not exist" in done.stderr
 
 
+def test_a_gpu_out_of_memory_while_generating_names_gen_batch(sglang_python: str) -> None:
+    """Generation is where the recipe's memory peaks (a batch's prefill beside the target): a
+    GPU too small for it gets the flag to lower, not torch's traceback. The GPU's error is
+    raised in place of generation here; nothing else of the run is stood in for."""
+    code = (
+        "import torch\n"
+        "from specdec_lab.training import make\n"
+        "from specdec_lab.training.recipe import Recipe\n"
+        "def full(*args):\n"
+        "    raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 12.44 GiB')\n"
+        "make.generate = full\n"
+        "make.generated(torch, None, [[1]], Recipe(gen_batch=384), print)\n"
+    )
+    done = subprocess.run([sglang_python, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          timeout=120, check=False, env=ONE_THREAD)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert ("--gen-batch 384 continuations at a time (CUDA out of memory. Tried to allocate "
+            "12.44 GiB); give a smaller --gen-batch, e.g. 192") in done.stderr  # fmt: skip
+    assert "Traceback" not in done.stderr
+
+
 def _train(python: str, target: Path, out: Path) -> subprocess.CompletedProcess[str]:
     cli = ["--target", str(target), "--out", str(out), "--device", "cpu", *TINY]
     return run_script(python, *cli, timeout=600)

@@ -17,7 +17,7 @@ from typing import Any
 
 from specdec_lab.drafters import layout
 from specdec_lab.formats import folder
-from specdec_lab.training.data import generate, load_target, on_device, render, target_lookup
+from specdec_lab.training.data import Data, generate, load_target, on_device, render, target_lookup
 from specdec_lab.training.evaluate import each_prompt, server_path_check
 from specdec_lab.training.model import build_modules, write_drafter
 from specdec_lab.training.prompts import prompts, workload_lines, workload_prompts
@@ -37,6 +37,20 @@ def target_identity(target: Path) -> dict[str, Any]:
     sidecar = target / folder.SIDECAR
     digest = json.loads(sidecar.read_text()).get("sha256") if sidecar.is_file() else None
     return {"name": target.name, "sha256": digest, "config": config}
+
+
+def generated(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, log: Any) -> Data:
+    """:func:`generate`, with a GPU out of memory named and its fix given."""
+    try:
+        return generate(torch, model, rendered, recipe, log)
+    except torch.cuda.OutOfMemoryError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "out of memory"
+        raise SystemExit(
+            f"make-dflash-drafter: the GPU ran out of memory while the target generated "
+            f"--gen-batch {recipe.gen_batch} continuations at a time ({first}); give a smaller "
+            f"--gen-batch, e.g. {max(1, recipe.gen_batch // 2)} (a recipe setting: the drafter "
+            "made differs)"
+        ) from exc
 
 
 def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
@@ -86,12 +100,12 @@ def make(args: argparse.Namespace, recipe: Recipe, log: Any) -> Path:
     rendered = [render(tokenizer, text) for _, text in drawn]
     log(f"target loaded on {device} ({time.monotonic() - began:.0f} s); "
         f"{len(rendered)} prompts, {recipe.gen_tokens} tokens each")  # fmt: skip
-    data = generate(torch, model, rendered, recipe, log)
+    data = generated(torch, model, rendered, recipe, log)
     workload, texts = None, {}
     if recipe.eval_workload:
         texts = workload_prompts(recipe.eval_workload)
-        workload = generate(torch, model, [render(tokenizer, t) for t in texts.values()], recipe,
-                            log)  # fmt: skip
+        workload = generated(torch, model, [render(tokenizer, t) for t in texts.values()], recipe,
+                             log)  # fmt: skip
     embed, head = target_lookup(torch, model)
     del model
     if device == "cuda":
