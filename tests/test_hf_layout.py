@@ -32,6 +32,7 @@ from specdec_lab.drafters import layout
 from specdec_lab.formats import folder
 from specdec_lab.models import hf_layout
 from specdec_lab.models import memory_bound as mbm
+from specdec_lab.training.make import target_identity
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_ENV = {**os.environ, "PYTHON": sys.executable}  # the scripts' interpreter: this one
@@ -174,6 +175,10 @@ def test_one_pass_writes_both_layouts_with_the_same_weights(
         smollm2_gguf, tmp_path / "later", recipe, jobs=1, formats=("hf",)
     )
     assert made_again and again["hf"]["sha256"] == record["hf"]["sha256"]
+    # a drafter distilled from either folder records the same weights as its target
+    later = mbm.hf_dir_for(tmp_path / "later" / gguf.name)
+    weights = again["hf"]["sha256"]
+    assert target_identity(hf)["sha256"] == target_identity(later)["sha256"] == weights
     _, _, cached = mbm.make(smollm2_gguf, tmp_path, recipe, jobs=1, formats=("gguf", "hf"))
     assert not cached
 

@@ -33,10 +33,14 @@ def output_dir(target: Path, out_dir: Path | None, recipe: Recipe) -> Path:
 
 
 def target_identity(target: Path) -> dict[str, Any]:
+    """The target's name, config and weights' sha256: the one its sidecar records for the
+    folder's ``model.safetensors`` (``make-memory-bound-models`` writes it under ``hf``; the
+    sidecar's own ``sha256`` is the GGUF's), None for a folder without one."""
     config = json.loads((target / "config.json").read_text(encoding="utf-8"))
     sidecar = target / folder.SIDECAR
-    digest = json.loads(sidecar.read_text()).get("sha256") if sidecar.is_file() else None
-    return {"name": target.name, "sha256": digest, "config": config}
+    record = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+    return {"name": target.name, "sha256": (record.get("hf") or {}).get("sha256"),
+            "config": config}  # fmt: skip
 
 
 def generated(torch: Any, model: Any, rendered: list[list[int]], recipe: Recipe, log: Any) -> Data:
