@@ -47,6 +47,7 @@ from pytest_specdec.engines.launch import (
     ENGINE_MARKER,
     LaunchError,
     engines_started_here,
+    exit_seen,
     free_port,
     group_members,
     start_process,
@@ -160,6 +161,25 @@ def test_an_engine_that_exits_before_ready_takes_its_workers_and_hides_its_secre
     server = Server(None, None, "", None, None, process=proc, secrets=("sk-9f3e2a",))  # type: ignore[arg-type]
     said = server.died("engine exited with code 3")
     assert "api_key='***'" in said and "sk-9f3e2a" not in said
+
+
+def test_a_lost_connection_waits_a_moment_for_the_engines_exit(tmp_path: Path) -> None:
+    """A killed engine's socket closes a moment before its exit can be read, so a request that
+    lost its connection reads the exit again for a moment (a run that read "cannot connect"
+    alone hid the engine's death). Any other failure reads it once: a live engine answering
+    errors costs no wait."""
+    from pytest_specdec.driver.boot import Server
+
+    proc = start_process(["sleep", "30"], {}, tmp_path / "engine.log")
+    server = Server(None, None, "", None, None, process=proc)  # type: ignore[arg-type]
+    try:
+        assert server.exit_code(["HTTP 500: the engine said no"]) is None
+        assert exit_seen(proc, grace_s=0.05) is None  # alive: no exit within the grace
+        os.kill(proc.pid, signal.SIGKILL)
+        lost = "client 3 haiku: cannot connect: [Errno 111] Connection refused"
+        assert server.exit_code([lost]) == -signal.SIGKILL
+    finally:
+        stop_process(proc, 0)
 
 
 def test_a_readiness_timeout_names_the_setting_that_raises_it(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from pytest_specdec.engines.base import LaunchSpec, redact
 from pytest_specdec.engines.launch import (
     LaunchError,
     ServerProcess,
+    exit_seen,
     free_port,
     start_process,
     wait_ready,
@@ -34,11 +35,12 @@ from pytest_specdec.engines.launch import (
 from pytest_specdec.engines.lint import LintUnavailable
 from pytest_specdec.gpu.monitor import GpuMonitor
 from pytest_specdec.gpu.telemetry import RunTelemetry
-from pytest_specdec.measure.client import ClientSettings, LoopThread
+from pytest_specdec.measure.client import ClientSettings, LoopThread, connection_lost
 
 PORT_RETRIES = 3
 PROBE_S = 5.0  # one readiness probe at most
 SETTLE_S = 0.5  # an engine that failed to bind exits within this; then its port is not ours
+EXIT_SEEN_S = 1.0  # an engine whose socket is gone has exited within this, if it is exiting
 # The engine's executable inside its image (the first argv element is replaced by it).
 DOCKER_BINARIES = {"llamacpp": "llama-server", "sglang": "python3", "vllm": "vllm"}
 
@@ -66,6 +68,14 @@ class Server:
     secrets: tuple[str, ...] = ()  # values never to show (the API key), in its log tail too
     flushed: set[str] = field(default_factory=set)  # prompts whose caches were reset (flush)
     texts: dict[str, str] | None = None  # prompt id -> the text sent, where the harness renders
+
+    def exit_code(self, errors: Iterable[str]) -> int | None:
+        """The engine's exit code after requests failed with ``errors``, None while it runs (or
+        is not ours). Where the socket was lost, its exit is waited for a moment (EXIT_SEEN_S)."""
+        if self.process is None:
+            return None
+        lost = any(connection_lost(e) for e in errors)
+        return exit_seen(self.process, EXIT_SEEN_S) if lost else self.process.exited()
 
     def died(self, what: str) -> str:
         """``what`` with the engine's log tail, secrets hidden (SGLang logs its API key)."""

@@ -261,10 +261,9 @@ class Steps:
                 self.loop.run(self._one(server, req, rec, flush))
             except Exception as exc:
                 rec.error = rec.error or f"{type(exc).__name__}: {exc}"
-        if rec.error is not None and server.process is not None:
-            code = server.process.exited()
-            if code is not None:  # the engine died: say so, with its log tail, not just the socket
-                rec.error = server.died(f"engine exited with code {code}: {rec.error}")
+        if rec.error is not None and (code := server.exit_code([rec.error])) is not None:
+            # the engine died: say so, with its log tail, not just the socket
+            rec.error = server.died(f"engine exited with code {code}: {rec.error}")
         if window.telemetry is not None:
             rec.gpu = telemetry_dict(window.telemetry, rec.output_tokens)
             if phase == "measure":

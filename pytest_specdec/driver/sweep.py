@@ -179,9 +179,7 @@ class SweepSteps(Steps):
 
     def _engine_exit(self, server: Server, result: RoundResult) -> RoundResult:
         """A round whose requests failed because the engine died says so, with its log tail."""
-        if not result.errors or server.process is None:
-            return result
-        code = server.process.exited()
+        code = server.exit_code(result.errors) if result.errors else None
         if code is None:
             return result
         died = server.died(f"engine exited with code {code} during the round")

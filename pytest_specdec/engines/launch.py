@@ -172,6 +172,18 @@ class EngineProcess:
         return stop_process(self, grace_s)
 
 
+def exit_seen(
+    proc: ServerProcess, grace_s: float, poll_s: float = 0.02,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int | None:  # fmt: skip
+    """``proc``'s exit code, read again for up to ``grace_s`` while it has none: a killed
+    engine's sockets close a moment before its exit can be read."""
+    deadline = time.monotonic() + grace_s
+    while (code := proc.exited()) is None and time.monotonic() < deadline:
+        sleep(poll_s)
+    return code
+
+
 def start_process(
     argv: Sequence[str], env: Mapping[str, str], log_path: Path,
     cpus: Sequence[int] | None = None,

@@ -106,14 +106,25 @@ class StreamOutcome:
         return (self.first_token_ns - self.start_ns) / 1e9
 
 
+CANNOT_CONNECT = "cannot connect"
+CLOSED_MID_RESPONSE = "connection closed by the server mid-response"
+
+
 def _describe_http_error(exc: httpx.HTTPError, timeout: float | None) -> str:
     if isinstance(exc, httpx.ReadTimeout):
         return f"read timeout: no data for {timeout} s"
     if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect: {exc}"
+        return f"{CANNOT_CONNECT}: {exc}"
     if isinstance(exc, httpx.RemoteProtocolError):
-        return f"connection closed by the server mid-response: {exc}"
+        return f"{CLOSED_MID_RESPONSE}: {exc}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def connection_lost(error: str) -> bool:
+    """Whether a request's ``error`` (as described here, perhaps after a prefix naming the
+    request) is the server's socket gone: refused, or closed while it answered (what a dying
+    engine leaves)."""
+    return CANNOT_CONNECT in error or CLOSED_MID_RESPONSE in error
 
 
 class SseSplitter:
