@@ -189,8 +189,7 @@ class Booter:
                 record.boot_s = wait_ready(
                     server.process, self.probe(server), plan.startup_timeout_s
                 )
-                time.sleep(SETTLE_S)
-                code = server.process.exited()
+                code = exit_seen(server.process, SETTLE_S)
                 if code is not None:  # something else answered on the port: never measure it
                     failed = server.process.failure(
                         f"engine exited with code {code} although port {plan.port} answered: "
