@@ -168,7 +168,7 @@ def test_markdown_verdict_table_has_outcome_ratio_p_mde_accept_and_notes() -> No
     undecided = (
         "| `draft-d4` | p2 | INCONCLUSIVE | 0.990 [0.950, 1.030] 90% | 0.3 | 3.1% (δ 3.0%) |"
     )
-    assert f"{undecided} ~12 runs |" in text  # how much more data would decide it
+    assert f"{undecided} ~12 sessions per side |" in text  # how much more would decide it
 
 
 def test_markdown_gpu_flags_ranges_reasons_and_invalid_runs() -> None:

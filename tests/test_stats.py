@@ -12,6 +12,7 @@ import pytest
 from scipy import stats as sps
 from tests_support import against_history
 
+from pytest_specdec.verdict.compare import session_verdict
 from pytest_specdec.verdict.planning import history_mde, mde, runs_needed
 from pytest_specdec.verdict.stats import (
     Outcome,
@@ -146,7 +147,23 @@ def test_noisy_small_sample_is_inconclusive_with_runs_needed() -> None:
     assert v.outcome is Outcome.INCONCLUSIVE and not v.failed
     assert v.runs_needed is not None and v.runs_needed > 0
     assert v.mde > v.delta
-    assert f"~{v.runs_needed} more runs per side would decide it" in v.explanation
+    assert f"~{v.runs_needed} more sessions per side would decide it" in v.explanation
+
+
+def test_an_ab_says_what_more_it_needs_in_its_own_unit() -> None:
+    """Two sessions or more a side compare session means: more sessions decide it, not runs
+    (an A/B of three boots a side once read "~70 more runs per side"); one session a side
+    pools the runs, provisional, and more runs are what it names."""
+    noisy = [exact_sample(m, 0.01, 3) for m in (96.0, 100.0, 104.0)]
+    ref = [exact_sample(m, 0.01, 3) for m in (97.0, 101.0, 105.0)]
+    by_boot = session_verdict(noisy, ref, VerdictPolicy())
+    assert by_boot.method == "welch" and (by_boot.n_new, by_boot.n_ref) == (3, 3)
+    assert by_boot.outcome is Outcome.INCONCLUSIVE and by_boot.runs_needed is not None
+    assert f"~{by_boot.runs_needed} more sessions per side would decide it" in by_boot.explanation
+    one_a_side = [exact_sample(99.0, 0.04, 3)], [exact_sample(100.0, 0.04, 3)]
+    one = session_verdict(*one_a_side, VerdictPolicy())
+    assert one.method == "welch-provisional" and one.outcome is Outcome.INCONCLUSIVE
+    assert "more runs would" in one.explanation and "sessions" not in one.explanation
 
 
 def test_runs_needed_in_a_verdict_is_the_smallest_that_decides() -> None:

@@ -25,7 +25,7 @@ from pytest_specdec.report.summary import (
 )
 from pytest_specdec.verdict.acceptance import short
 from pytest_specdec.verdict.sessions import position_rates
-from pytest_specdec.verdict.stats import SESSION_METHODS
+from pytest_specdec.verdict.stats import more_unit
 
 INVALIDATING = set(decode_reasons(DEFAULT_INVALIDATING_BITS))
 NONE = "-"
@@ -130,7 +130,7 @@ def _more(v: Mapping[str, Any]) -> str:
     """How much more data would decide an INCONCLUSIVE verdict."""
     if v.get("outcome") != "INCONCLUSIVE":
         return NONE
-    unit = "sessions" if v.get("method") in SESSION_METHODS else "runs"
+    unit = more_unit(v.get("method"))
     n = v.get("runs_needed")
     return f"~{n} {unit}" if n is not None else f"too many {unit}"
 

@@ -88,8 +88,10 @@ class VerdictPolicy:
 
 
 DEFAULT_POLICY = VerdictPolicy()
-_UNITS = {"prediction-interval": "sessions", "welch": "runs per side", "welch-provisional": "runs",
-          "borrowed-spread": "sessions"}  # fmt: skip
+# What each method's observations are, and so what ``runs_needed`` counts: Welch between session
+# means (two sessions or more a side), pooled runs (provisional), or new sessions against a history.
+_UNITS = {"prediction-interval": "sessions", "welch": "sessions per side",
+          "welch-provisional": "runs", "borrowed-spread": "sessions"}  # fmt: skip
 PROVISIONAL_METHODS = frozenset({"welch-provisional", "borrowed-spread"})
 SESSION_METHODS = frozenset({"prediction-interval", "borrowed-spread"})
 
@@ -191,9 +193,18 @@ def _resolved(v: Verdict, k: int, policy: VerdictPolicy) -> bool:
     return t_a * se < abs(lr)
 
 
+def more_unit(method: str | None) -> str:
+    """What a verdict's ``runs_needed`` counts for its method (runs where not known)."""
+    return _UNITS.get(method or "", "runs")
+
+
+def _cap(method: str) -> int:
+    """The most further observations ``runs_needed`` looks for: runs, or (dearer) sessions."""
+    return 1000 if more_unit(method) == "runs" else 100
+
+
 def _further(v: Verdict, policy: VerdictPolicy) -> int | None:
-    cap = 100 if v.method in SESSION_METHODS else 1000
-    return smallest_n(lambda k: _resolved(v, k, policy), 1, cap)
+    return smallest_n(lambda k: _resolved(v, k, policy), 1, _cap(v.method))
 
 
 @dataclass(frozen=True)
@@ -232,7 +243,7 @@ def _decide(v: Verdict, p_regress: float, p_improve: float, alpha: float) -> Out
 
 def _explain(v: Verdict) -> str:
     tag = v.outcome.value + (" (provisional)" if v.provisional else "")
-    unit = _UNITS[v.method]
+    unit = more_unit(v.method)
     if v.issue is not None:
         return f"{tag}: {v.issue}; ratio {v.ratio:.3f}x"
     head = f"{tag}: {v.ratio:.3f}x ({v.ci_level:.0%} CI {v.ci_low:.3f}{_DASH}{v.ci_high:.3f})"
@@ -250,10 +261,10 @@ def _explain(v: Verdict) -> str:
     why = f"{p_txt} ≥ {v.alpha:.3g}" if p_eff >= v.alpha else f"{p_txt} but {change} < {d}"
     if v.runs_needed is not None:
         more = f"~{v.runs_needed} more {unit} would decide it"
-    elif v.method in SESSION_METHODS:
-        more = f"over 100 more sessions would be needed; lengthen the history ({v.n_ref})"
     else:
-        more = f"over 1000 more {unit} would be needed"
+        more = f"over {_cap(v.method)} more {unit} would be needed"
+        if v.method in SESSION_METHODS:
+            more += f"; lengthen the history ({v.n_ref})"
     return f"{head}, {why}, CI not inside ±{d}; MDE {v.mde:.1%} (n {v.n_new} vs {v.n_ref}); {more}"
 
 
@@ -337,7 +348,9 @@ def welch_log(
     new: Sequence[float], ref: Sequence[float], policy: VerdictPolicy = DEFAULT_POLICY, *,
     between_cv: float | None = None, provisional: bool = False,
 ) -> Verdict:  # fmt: skip
-    """Welch t on ln(tok/s) of two samples of runs (A/B in one run, or a short baseline)."""
+    """Welch t on ln(tok/s) of two samples (an A/B in one run, or a short baseline): the
+    session means of two sessions or more a side, sessions being the unit, or else the
+    pooled runs, ``provisional``."""
     return _welch(_summary(new, "new"), _summary(ref, "ref"), between_cv, provisional, policy)
 
 
