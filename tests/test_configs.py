@@ -210,6 +210,29 @@ def test_engine_args_extend_every_engine() -> None:
             engine_args(bad)
 
 
+def test_the_fair_chain_differs_from_the_forks_tree_only_by_the_tree() -> None:
+    """dflash-b16-triton is dflash-b16 on ddtree-b15's engine settings: against the fork's
+    DDTree it lacks only the tree's switch (and names its block, 16, which the fork takes from
+    the draft tokens), so an A/B between them measures the tree alone; dflash-b16 itself
+    differs by those settings too."""
+    registry = Registry(preset_configs())
+
+    def pairs(args: tuple[str, ...]) -> set[str]:
+        starts = [i for i, a in enumerate(args) if a.startswith("--")]
+        ends = [*starts[1:], len(args)]
+        return {" ".join(args[i:j]) for i, j in zip(starts, ends, strict=True)}
+
+    tree = registry.resolve("ddtree-b15", "sglang").with_interface("sglang-ddtree-fork")
+    chain = registry.resolve("dflash-b16-triton", "sglang")
+    plain = registry.resolve("dflash-b16", "sglang")
+    assert pairs(tree.args) - pairs(chain.args) == {"--speculative-dflash-enable-ddtree"}
+    assert pairs(chain.args) - pairs(tree.args) == {"--speculative-dflash-block-size 16"}
+    assert pairs(chain.args) - pairs(plain.args) == {
+        "--attention-backend triton", "--page-size 1", "--disable-overlap-schedule"
+    }  # fmt: skip
+    assert chain.draft == tree.draft == plain.draft == "dflash"
+
+
 def test_a_config_lists_its_other_interfaces(tmp_path: Path) -> None:
     """ddtree-b15 assumes the pull request's flags and also has the public fork's; an
     interface table without args, or with other keys, names itself and the fix."""

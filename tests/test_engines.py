@@ -110,6 +110,7 @@ def test_presets_are_exactly_the_shipped_ones() -> None:
             "ddtree-b15",
             "ddtree-b16",
             "dflash-b16",
+            "dflash-b16-triton",
             "eagle3",
             "ngram",
             "standalone-chain-b16",
