@@ -23,7 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_specdec.verdict.judge import MISMATCH, NO_BASELINE, Judgement
-from pytest_specdec.verdict.stats import SESSION_METHODS, Outcome, Verdict
+from pytest_specdec.verdict.methods import SESSION_METHODS
+from pytest_specdec.verdict.stats import Outcome, Verdict
 
 __all__ = ["budget_reason", "decided_reason", "pending", "undecided", "unjudgeable"]
 

@@ -24,8 +24,8 @@ from pytest_specdec.report.summary import (
     unmeasured_label,
 )
 from pytest_specdec.verdict.acceptance import short
+from pytest_specdec.verdict.methods import more_unit
 from pytest_specdec.verdict.sessions import position_rates
-from pytest_specdec.verdict.stats import more_unit
 
 INVALIDATING = set(decode_reasons(DEFAULT_INVALIDATING_BITS))
 NONE = "-"

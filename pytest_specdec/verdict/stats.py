@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from statistics import fmean
 
+from pytest_specdec.verdict import methods
 from pytest_specdec.verdict.numbers import (
     check_range,
     drop_fraction,
@@ -88,12 +89,6 @@ class VerdictPolicy:
 
 
 DEFAULT_POLICY = VerdictPolicy()
-# What each method's observations are, and so what ``runs_needed`` counts: Welch between session
-# means (two sessions or more a side), pooled runs (provisional), or new sessions against a history.
-_UNITS = {"prediction-interval": "sessions", "welch": "sessions per side",
-          "welch-provisional": "runs", "borrowed-spread": "sessions"}  # fmt: skip
-PROVISIONAL_METHODS = frozenset({"welch-provisional", "borrowed-spread"})
-SESSION_METHODS = frozenset({"prediction-interval", "borrowed-spread"})
 
 
 @dataclass(frozen=True)
@@ -193,18 +188,8 @@ def _resolved(v: Verdict, k: int, policy: VerdictPolicy) -> bool:
     return t_a * se < abs(lr)
 
 
-def more_unit(method: str | None) -> str:
-    """What a verdict's ``runs_needed`` counts for its method (runs where not known)."""
-    return _UNITS.get(method or "", "runs")
-
-
-def _cap(method: str) -> int:
-    """The most further observations ``runs_needed`` looks for: runs, or (dearer) sessions."""
-    return 1000 if more_unit(method) == "runs" else 100
-
-
 def _further(v: Verdict, policy: VerdictPolicy) -> int | None:
-    return smallest_n(lambda k: _resolved(v, k, policy), 1, _cap(v.method))
+    return smallest_n(lambda k: _resolved(v, k, policy), 1, methods.further_cap(v.method))
 
 
 @dataclass(frozen=True)
@@ -243,7 +228,7 @@ def _decide(v: Verdict, p_regress: float, p_improve: float, alpha: float) -> Out
 
 def _explain(v: Verdict) -> str:
     tag = v.outcome.value + (" (provisional)" if v.provisional else "")
-    unit = more_unit(v.method)
+    unit = methods.more_unit(v.method)
     if v.issue is not None:
         return f"{tag}: {v.issue}; ratio {v.ratio:.3f}x"
     head = f"{tag}: {v.ratio:.3f}x ({v.ci_level:.0%} CI {v.ci_low:.3f}{_DASH}{v.ci_high:.3f})"
@@ -262,8 +247,8 @@ def _explain(v: Verdict) -> str:
     if v.runs_needed is not None:
         more = f"~{v.runs_needed} more {unit} would decide it"
     else:
-        more = f"over {_cap(v.method)} more {unit} would be needed"
-        if v.method in SESSION_METHODS:
+        more = f"over {methods.further_cap(v.method)} more {unit} would be needed"
+        if v.method in methods.SESSION_METHODS:
             more += f"; lengthen the history ({v.n_ref})"
     return f"{head}, {why}, CI not inside ±{d}; MDE {v.mde:.1%} (n {v.n_new} vs {v.n_ref}); {more}"
 
@@ -296,7 +281,7 @@ def _build(
         lo, hi, p_r, p_i, mde_x, se, df = 0.0, math.inf, 1.0, 1.0, 1.0, math.inf, 0.0
     v = Verdict(
         Outcome.INCONCLUSIVE, _exp(lr), lo, hi, p_r, p_i, None, mde_x, n[0], n[1], delta,
-        between_cv, method, method in PROVISIONAL_METHODS, None, "", policy.alpha,
+        between_cv, method, method in methods.PROVISIONAL_METHODS, None, "", policy.alpha,
         policy.ci_level, se, df, issue, source,
     )  # fmt: skip
     if issue is not None:
@@ -348,9 +333,8 @@ def welch_log(
     new: Sequence[float], ref: Sequence[float], policy: VerdictPolicy = DEFAULT_POLICY, *,
     between_cv: float | None = None, provisional: bool = False,
 ) -> Verdict:  # fmt: skip
-    """Welch t on ln(tok/s) of two samples (an A/B in one run, or a short baseline): the
-    session means of two sessions or more a side, sessions being the unit, or else the
-    pooled runs, ``provisional``."""
+    """Welch t on ln(tok/s) of two samples (an A/B in one run, or a short baseline): session
+    means (two sessions or more a side: sessions are the unit), or pooled runs, provisional."""
     return _welch(_summary(new, "new"), _summary(ref, "ref"), between_cv, provisional, policy)
 
 
