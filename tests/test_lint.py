@@ -264,6 +264,40 @@ def test_the_load_suite_puts_every_prefill_in_a_graph_but_in_the_forks_interface
     assert "--disable-piecewise-cuda-graph turns prefill CUDA graphs off" in fork.problem
 
 
+# Of the DDTree fork's parser (server_args.py at 514ea1f3e), the graph flags: one decode size
+# list, and prefill graphs that are its piecewise graphs, sized by their own flags.
+FORK_GRAPH_FLAGS = [
+    "--cuda-graph-max-bs", "--cuda-graph-bs", "--disable-cuda-graph",
+    "--disable-piecewise-cuda-graph", "--enforce-piecewise-cuda-graph",
+    "--piecewise-cuda-graph-tokens", "--piecewise-cuda-graph-max-tokens",
+]  # fmt: skip
+
+
+def test_the_prefill_fix_is_told_in_the_installed_sglangs_own_flags() -> None:
+    """A load run on the fork was told to add --cuda-graph-bs-prefill, which its parser does
+    not have, and not to drop the switch that turns its prefill graphs off."""
+    fork_args = ["--cuda-graph-max-bs", "64", "--disable-piecewise-cuda-graph"]
+    (fork,) = load_prefill_advice([1, 4, 16], fork_args, flags=FORK_GRAPH_FLAGS)
+    assert fork.problem.endswith(
+        "drop --disable-piecewise-cuda-graph and add --piecewise-cuda-graph-tokens 1 2 4 ... N "
+        "with --piecewise-cuda-graph-max-tokens N at least the largest prefill expected (the "
+        "load suite uses 256) (this SGLang has no --cuda-graph-bs-prefill: its prefill graphs "
+        "are piecewise)"
+    )
+    (release,) = load_prefill_advice([4], ["--disable-piecewise-cuda-graph"])
+    assert release.problem.endswith(
+        "drop --disable-piecewise-cuda-graph and add --cuda-graph-bs-prefill 1 2 4 ... N with "
+        "--cuda-graph-max-bs-prefill N at least the largest prefill expected (the load suite "
+        "uses 256)"
+    )
+    (neither,) = load_prefill_advice([4], [], flags=["--cuda-graph-max-bs"])
+    assert neither.problem.endswith(
+        "this SGLang's parser names no prefill graph sizes (--cuda-graph-bs-prefill or "
+        "--piecewise-cuda-graph-tokens): judge its load levels knowing that a small prefill "
+        "runs eagerly"
+    )
+
+
 def test_a_load_run_plan_carries_the_prefill_warning(sglang_python: str, tmp_path: Path) -> None:
     """The warning reaches a run through the plan's lint (shown with the run's notes), only
     where the run has load levels above one client: the settings are the same either way."""
@@ -285,6 +319,7 @@ def test_a_load_run_plan_carries_the_prefill_warning(sglang_python: str, tmp_pat
     assert isinstance(plan.lint, list)
     (line,) = [w for w in plan.lint if "--cuda-graph-bs-prefill" in w]
     assert line.startswith("warning: --cuda-graph-bs-prefill: concurrency [1, 4] with the SGLang")
+    assert line.endswith("(the load suite uses 256)")  # 0.5.17's parser has its sizes flag
     one_request = Planner(RunSettings(engine="sglang", model=str(model)), suite).plan(cfg)
     assert isinstance(one_request.lint, list)
     assert not [w for w in one_request.lint if "--cuda-graph-bs-prefill" in w]

@@ -32,7 +32,7 @@ from pytest_specdec.engines import Engine, make_engine
 from pytest_specdec.engines.base import BootContext, LaunchSpec
 from pytest_specdec.engines.cpus import describe
 from pytest_specdec.engines.launch import free_port
-from pytest_specdec.engines.lint import LintUnavailable, errors, load_prefill_advice
+from pytest_specdec.engines.lint import LintUnavailable, errors
 from pytest_specdec.gpu.monitor import GpuMonitor
 
 
@@ -197,8 +197,9 @@ class Planner:
         mark = time.perf_counter()
         try:
             findings = plan.engine.lint(plan.spec)
-            if plan.engine.name == "sglang":  # load levels its settings measure badly
-                findings += load_prefill_advice(self.settings.concurrency, plan.spec.argv)
+            lint_load = getattr(plan.engine, "lint_load", None)
+            if lint_load is not None:  # load levels its settings measure badly
+                findings += lint_load(plan.spec, self.settings.concurrency)
         except LintUnavailable as exc:
             return replace(plan, lint=f"not checked: {exc}", lint_s=time.perf_counter() - mark)
         plan = replace(plan, lint=[str(f) for f in findings], lint_s=time.perf_counter() - mark)

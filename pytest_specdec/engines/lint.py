@@ -162,11 +162,9 @@ def _graph_config_prefill(argv: Sequence[str]) -> dict[str, object]:
     return prefill if isinstance(prefill, dict) else {}
 
 
-def eager_one_token_prefill(argv: Sequence[str]) -> str | None:
-    """Why SGLang 0.5.17 runs a one-token prefill outside CUDA graphs under ``argv``, or None
-    where it has a graph. Prefill graphs are on by default, at sizes 4, 8, 12, ... new tokens,
-    and a graph is replayed only where the new tokens pad to a captured size at most twice as
-    large: a one-token prefill has one only where the sizes include 1."""
+def prefill_graphs_off(argv: Sequence[str]) -> str | None:
+    """What in ``argv`` turns SGLang 0.5.17's prefill CUDA graphs off (a flag, a flag and its
+    value, or --cuda-graph-config's prefill backend), or None where they stay on."""
     config = _graph_config_prefill(argv)
     chosen = _last(argv, PREFILL_BACKEND_FLAGS)
     if "backend" in config:
@@ -178,8 +176,18 @@ def eager_one_token_prefill(argv: Sequence[str]) -> str | None:
     else:
         off = [f for f in PREFILL_OFF_SWITCHES if f in argv]
         backend, source = ("disabled", off[-1]) if off else ("", "")
-    if backend == "disabled":
-        return f"{source} turns prefill CUDA graphs off"
+    return source if backend == "disabled" else None
+
+
+def eager_one_token_prefill(argv: Sequence[str]) -> str | None:
+    """Why SGLang 0.5.17 runs a one-token prefill outside CUDA graphs under ``argv``, or None
+    where it has a graph. Prefill graphs are on by default, at sizes 4, 8, 12, ... new tokens,
+    and a graph is replayed only where the new tokens pad to a captured size at most twice as
+    large: a one-token prefill has one only where the sizes include 1."""
+    config = _graph_config_prefill(argv)
+    off = prefill_graphs_off(argv)
+    if off is not None:
+        return f"{off} turns prefill CUDA graphs off"
     if "bs" in config:
         sizes = [str(s) for s in config["bs"]] if isinstance(config["bs"], list) else []
         named = f"{GRAPH_CONFIG_FLAG} prefill bs [{', '.join(sizes)}]"
@@ -196,15 +204,48 @@ def eager_one_token_prefill(argv: Sequence[str]) -> str | None:
     return f"{named} has no size 1, so a one-token prefill runs eagerly"
 
 
+# The prefill graph sizes and their largest size as an SGLang build names them: 0.5.17's, then
+# those of builds whose prefill graphs are their piecewise graphs (the DDTree fork of June 2026).
+PREFILL_SIZE_NAMES = (
+    (PREFILL_SIZES_FLAG, "--cuda-graph-max-bs-prefill"),
+    ("--piecewise-cuda-graph-tokens", "--piecewise-cuda-graph-max-tokens"),
+)
+
+
+def prefill_fix(argv: Sequence[str], flags: Iterable[str] | None = None) -> str:
+    """How to give every prefill up to N new tokens a CUDA graph, in the flags of the SGLang
+    whose parser knows ``flags`` (0.5.17's where None)."""
+    known = None if flags is None else set(flags)
+    names = [n for n in PREFILL_SIZE_NAMES if known is None or n[0] in known]
+    off = prefill_graphs_off(argv)
+    drop = f"drop {off} and " if off else ""
+    if not names:
+        return (
+            f"this SGLang's parser names no prefill graph sizes ({PREFILL_SIZE_NAMES[0][0]} or "
+            f"{PREFILL_SIZE_NAMES[1][0]}): {drop}judge its load levels knowing that a small "
+            "prefill runs eagerly"
+        )
+    sizes, largest = names[0]
+    fix = (
+        f"{drop}add {sizes} 1 2 4 ... N with {largest} N at least the largest prefill expected "
+        "(the load suite uses 256)"
+    )
+    if sizes != PREFILL_SIZES_FLAG:
+        fix += f" (this SGLang has no {PREFILL_SIZES_FLAG}: its prefill graphs are piecewise)"
+    return fix
+
+
 def load_prefill_advice(
-    levels: Sequence[int], argv: Sequence[str], where: str = "the SGLang args"
-) -> list[Finding]:
+    levels: Sequence[int], argv: Sequence[str], where: str = "the SGLang args",
+    flags: Iterable[str] | None = None,
+) -> list[Finding]:  # fmt: skip
     """A warning for SGLang args that leave a one-token prefill eager (above) where a load level
     has more than one client: under load every arriving request is prefilled while the others
     wait, and once the radix cache holds the prompts nearly every prefill is a few new tokens,
     most often one. Run eagerly (kernel by kernel from the scheduler's Python loop), its time per
     round moved 2.8-fold between boots on an H200 (suites/specdec-gpu-load.toml; docs/gpu-run.md,
-    "An eighth H200" to "A tenth H200")."""
+    "An eighth H200" to "A tenth H200"). ``flags``: the installed SGLang's, where known, so that
+    the fix names its own flags."""
     if max(levels, default=0) <= 1:
         return []
     reason = eager_one_token_prefill(argv)
@@ -216,9 +257,7 @@ def load_prefill_advice(
             f"concurrency {list(levels)} with {where}: {reason}. Under load every arriving "
             "request's prefill then runs eagerly, and its time moves between boots (its time "
             "per round moved 2.8-fold between boots on an H200: suites/specdec-gpu-load.toml; "
-            'docs/gpu-run.md, "An eighth H200" to "A tenth H200"); add '
-            f"{PREFILL_SIZES_FLAG} 1 2 4 ... N with --cuda-graph-max-bs-prefill N at least the "
-            "largest prefill expected (the load suite uses 256)",
+            f'docs/gpu-run.md, "An eighth H200" to "A tenth H200"); {prefill_fix(argv, flags)}',
             warning=True,
         )
     ]
@@ -340,3 +379,13 @@ def lint_sglang(python: str, argv: Sequence[str]) -> list[Finding]:
                 )
             )
     return out + sglang_advice(argv)
+
+
+def lint_sglang_load(python: str, argv: Sequence[str], levels: Sequence[int]) -> list[Finding]:
+    """:func:`load_prefill_advice` for SGLang launch args, its fix in the flags of the SGLang
+    whose parser ``python`` runs (the probe's answer is cached: no second parse)."""
+    if max(levels, default=0) <= 1:
+        return []
+    flags = sglang_probe(python, argv).get("flags")
+    known = [str(f) for f in flags] if isinstance(flags, list) else None
+    return load_prefill_advice(levels, argv, flags=known)

@@ -38,7 +38,7 @@ from pytest_specdec.engines.base import (
     stream_chat,
     write_private,
 )
-from pytest_specdec.engines.lint import Finding, key_yaml_name, lint_sglang
+from pytest_specdec.engines.lint import Finding, key_yaml_name, lint_sglang, lint_sglang_load
 from pytest_specdec.engines.scripts import ScriptFailed, run_script_cached, tokenizer_files
 from pytest_specdec.measure.client import RequestFailed, get, stream_sse
 from pytest_specdec.measure.levels import LoadLimits
@@ -267,6 +267,11 @@ class SGLangEngine(EngineBase):
         interpreter it boots with, or where none is set and this one has no SGLang, that of
         the parser virtualenv ./scripts/setup installs (SGLang's parser, no GPU needed)."""
         return lint_sglang(_lint_python(self.settings, spec.argv[0]), spec.argv[3:])
+
+    def lint_load(self, spec: LaunchSpec, levels: Sequence[int]) -> list[Finding]:
+        """Warnings for load levels that these flags measure badly, each fix in the installed
+        SGLang's own flags (lint.load_prefill_advice)."""
+        return lint_sglang_load(_lint_python(self.settings, spec.argv[0]), spec.argv[3:], levels)
 
     async def request(self, client: httpx.AsyncClient, req: RequestSpec, rec: RunRecord) -> None:
         if self.settings.api == "native":
