@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_specdec.core.configs import is_speculative
 from pytest_specdec.measure.host import host_summary
 from pytest_specdec.measure.levels import (
     LevelSummary,
@@ -115,11 +116,9 @@ def level_notes(name: str, config: Mapping[str, Any]) -> list[str]:
         rounds = rounds_of(config, lv.clients)
         phases = phase_means([r for r in rounds if not r.warmup])  # the measured rounds
         if phases:
+            untimed = draft_untimed(config, phases)
             spent = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in phases.items())
-            idle = no_forward_s(rounds)
-            if idle is not None:
-                spent += f"; no forward {idle[0] * 1000:.0f} ms ({idle[1]:.1%} of the round)"
-            spent += step_text(rounds)
+            spent += idle_text(no_forward_s(rounds), untimed) + step_text(rounds, untimed)
             out.append(f"{name} at {lv.clients} clients: GPU time per round by phase: {spent}")
         host = host_summary([r.engine.get("host") or {} for r in rounds if not r.warmup])
         if host:
@@ -147,7 +146,28 @@ def short_note(rounds: Sequence[RoundResult]) -> str | None:
             "request in full")  # fmt: skip
 
 
-def step_text(rounds: Sequence[RoundResult]) -> str:
+def draft_untimed(config: Mapping[str, Any], phases: Mapping[str, float]) -> bool:
+    """A speculative config whose engine timed no draft phase (SGLang's DFLASH, 0.5.17's and
+    the DDTree fork's, times its target's verify and extend alone): the time outside the timed
+    phases then holds the draft's forward too."""
+    return is_speculative(config.get("config") or {}) and not any("draft" in k for k in phases)
+
+
+def idle_text(idle: tuple[float, float] | None, untimed: bool) -> str:
+    """``; no forward 350 ms (7.6% of the round)``, or where the draft is untimed ``; untimed
+    ...`` naming what it holds (empty: the rounds' time could not be split)."""
+    if idle is None:
+        return ""
+    share = f"{idle[1]:.1%} of the round"
+    if untimed:
+        return (
+            f"; untimed {idle[0] * 1000:.0f} ms ({share}: the host's part and the draft's "
+            "forward, which the engine does not time)"
+        )
+    return f"; no forward {idle[0] * 1000:.0f} ms ({share})"
+
+
+def step_text(rounds: Sequence[RoundResult], untimed: bool = False) -> str:
     """``; 661 decode steps a round, 5.90 ms of the GPU's own work each``: the engine's decode
     passes per round (a verify step each, speculating) and the GPU work (every phase but the
     host-paced ones) per pass, over the measured rounds that counted both (empty: none did).
@@ -163,7 +183,11 @@ def step_text(rounds: Sequence[RoundResult]) -> str:
     if not steps:
         return ""
     each = sum(work) / len(work) * 1000
-    return f"; {sum(steps) / len(steps):.0f} decode steps a round, {each:.2f} ms of GPU work each"
+    timed = "timed " if untimed else ""
+    return (
+        f"; {sum(steps) / len(steps):.0f} decode steps a round, {each:.2f} ms of {timed}GPU work "
+        "each"
+    )
 
 
 def _ratio(v: Mapping[str, Any]) -> str:
