@@ -1,0 +1,95 @@
+"""DDTree against DFlash on the DDTree fork under load (1, 4 and 16 clients, one boot a side,
+the chain on the tree's engine settings), read again from the committed run (docs/gpu-run.md,
+"An H100: DDTree under load on the fork"): that the fork serves the tree to several requests,
+the level verdicts and where the tree stops beating the chain, and where a step's time goes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.core.results import load_results
+from pytest_specdec.measure.levels import decode_passes, no_forward_s, phase_means, rounds_of
+from pytest_specdec.verdict.crossover import crossover_of
+from pytest_specdec.verdict.load import judge_load_reference
+from pytest_specdec.verdict.stats import Outcome, VerdictPolicy
+
+RUN = Path(__file__).resolve().parent.parent / "docs" / "gpu-run" / "ddtree-load"
+TREE, CHAIN = "ddtree-b15", "dflash-b16-triton"
+
+
+@pytest.fixture(scope="module")
+def configs() -> dict[str, Any]:
+    doc = load_results(RUN / "h100-ddtree-load.json.gz")
+    return {c["name"]: c for c in doc["configs"]}
+
+
+def _per_step(config: Any, clients: int) -> dict[str, float]:
+    """Per decode step of a level's measured rounds: the target's verify on the GPU and the
+    untimed rest of the round (ms), and the whole step."""
+    rounds = rounds_of(config, clients)
+    steps = sum(decode_passes(r) or 0.0 for r in rounds) / len(rounds)
+    phases, idle = phase_means(rounds), no_forward_s(rounds)
+    assert idle is not None
+    verify, untimed = phases["target_verify"] * 1000 / steps, idle[0] * 1000 / steps
+    return {"verify": verify, "untimed": untimed, "step": verify + untimed
+            + phases["extend"] * 1000 / steps}  # fmt: skip
+
+
+def test_the_fork_serves_the_tree_to_sixteen_requests_at_once(configs: Any) -> None:
+    """Every round of every level finished with no failed request; at 16 clients 16 requests
+    ran together, and no decode batch ran outside a CUDA graph."""
+    tree = configs[TREE]
+    assert tree["engine_version"] == "sglang 0.0.0.dev0+ddtree.g514ea1f3e"
+    assert "--speculative-dflash-enable-ddtree" in tree["command"]
+    for clients in (1, 4, 16):
+        rounds = rounds_of(tree, clients)
+        assert len(rounds) == 4 and all(r.ok for r in rounds)
+        assert max(float(r.engine["max_running"]) for r in rounds) == clients
+        assert all(r.engine["outside_graphs"] == 0 for r in rounds)
+
+
+def test_the_tree_beats_the_chain_at_one_client_and_stops_at_about_six(configs: Any) -> None:
+    """1.188x at 1 client (IMPROVED, provisional), 1.041x at 4, 0.892x at 16 (both
+    INCONCLUSIVE); accept length +29.7% at every level; the speedup curve crosses 1 at about
+    5.7 clients (band 3.3 to beyond 16)."""
+    judged = judge_load_reference(configs[TREE], configs[CHAIN], VerdictPolicy())
+    levels = judged.levels
+    expected = {1: (Outcome.IMPROVED, 1.188), 4: (Outcome.INCONCLUSIVE, 1.041),
+                16: (Outcome.INCONCLUSIVE, 0.892)}  # fmt: skip
+    for clients, (outcome, ratio) in expected.items():
+        v = levels[clients].verdict
+        assert v is not None and v.provisional
+        assert v.outcome is outcome and v.ratio == pytest.approx(ratio, abs=0.001)
+        assert levels[clients].accept["change"] == pytest.approx(0.297, abs=0.001)
+    assert judged.crossover is None  # the suite draws a crossover only over plain decoding
+    crossing = crossover_of(CHAIN, list(levels.values()))
+    assert crossing is not None and crossing.where == "at"
+    assert crossing.estimate == pytest.approx(5.7, abs=0.05)
+    assert crossing.low == ("at", pytest.approx(3.3, abs=0.05)) and crossing.high[0] == "above"
+
+
+def test_the_tree_verifies_at_the_chains_gpu_cost_and_pays_on_the_host(configs: Any) -> None:
+    """The target's verify per step is the chain's to 0.2% at every level; the untimed part
+    of a tree step exceeds the chain's by 1.0, 2.9 and 7.9 ms at 1, 4 and 16 clients, about
+    0.46 ms for each request more."""
+    extra = {}
+    for clients in (1, 4, 16):
+        tree, chain = _per_step(configs[TREE], clients), _per_step(configs[CHAIN], clients)
+        assert tree["verify"] == pytest.approx(chain["verify"], rel=0.002)
+        extra[clients] = tree["untimed"] - chain["untimed"]
+    assert [round(extra[c], 1) for c in (1, 4, 16)] == [1.0, 2.9, 7.9]
+    assert (extra[16] - extra[1]) / 15 == pytest.approx(0.46, abs=0.005)
+
+
+def test_built_at_the_chains_host_cost_the_tree_would_pay_at_sixteen(configs: Any) -> None:
+    """At 16 clients a tree step carries 1.30x the tokens of a chain step for 1.45x its time
+    (28.2 against 19.4 ms); at the chain's untimed cost it would take 20.3 ms, 1.24x."""
+    tree, chain = _per_step(configs[TREE], 16), _per_step(configs[CHAIN], 16)
+    tokens = 3.062 / 2.362
+    assert (round(tree["step"], 1), round(chain["step"], 1)) == (28.2, 19.4)
+    built = tree["step"] - tree["untimed"] + chain["untimed"]
+    assert round(built, 1) == 20.3
+    assert tokens * chain["step"] / built == pytest.approx(1.24, abs=0.005)
