@@ -12,7 +12,6 @@ import pytest
 
 from pytest_specdec.core.results import load_results
 from pytest_specdec.measure.levels import decode_passes, no_forward_s, phase_means, rounds_of
-from pytest_specdec.verdict.crossover import crossover_of
 from pytest_specdec.verdict.load import judge_load_reference
 from pytest_specdec.verdict.stats import Outcome, VerdictPolicy
 
@@ -64,11 +63,14 @@ def test_the_tree_beats_the_chain_at_one_client_and_stops_at_about_six(configs: 
         assert v is not None and v.provisional
         assert v.outcome is outcome and v.ratio == pytest.approx(ratio, abs=0.001)
         assert levels[clients].accept["change"] == pytest.approx(0.297, abs=0.001)
-    assert judged.crossover is None  # the suite draws a crossover only over plain decoding
-    crossing = crossover_of(CHAIN, list(levels.values()))
-    assert crossing is not None and crossing.where == "at"
+    crossing = judged.crossover
+    assert crossing is not None and crossing.kind == "comparison" and crossing.where == "at"
     assert crossing.estimate == pytest.approx(5.7, abs=0.05)
     assert crossing.low == ("at", pytest.approx(3.3, abs=0.05)) and crossing.high[0] == "above"
+    assert crossing.text == (
+        "stops being faster at about 5.7 clients (band 3.3 to > 16 from the levels' CIs) "
+        f"against {CHAIN}: faster at 1; even at 4, 16"
+    )
 
 
 def test_the_tree_verifies_at_the_chains_gpu_cost_and_pays_on_the_host(configs: Any) -> None:

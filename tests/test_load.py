@@ -575,6 +575,35 @@ def test_ab_per_level_gives_the_speedup_curve_and_its_crossover() -> None:
     assert judged.message == "the reference baseline measured no load level to judge against"
 
 
+def test_a_speculative_reference_gives_a_comparison_curve_told_as_such() -> None:
+    """A tree against a chain: the same curve and crossover, told as where the config stops
+    being the faster one, never as where speculation stops paying; its lost-crossover line
+    says so too. A plain config against a speculative reference draws no curve."""
+    chain = _config("chain", {c: _noisy(c, 100.0 * c**0.9) for c in (1, 4, 16)},
+                    args=("--speculative-algorithm", "DFLASH"))  # fmt: skip
+    tree_args = ("--speculative-algorithm", "DFLASH", "--speculative-dflash-enable-ddtree")
+    tree = _config("tree", {1: _noisy(11, 120.0), 4: _noisy(12, 100.0 * 4**0.9 * 1.04),
+                            16: _noisy(13, 100.0 * 16**0.9 * 0.85)}, args=tree_args)  # fmt: skip
+    judged = judge_load_reference(tree, chain, POLICY)
+    found = judged.crossover
+    assert found is not None and found.kind == "comparison" and found.where == "at"
+    assert found.text.startswith("stops being faster at about ")
+    assert "against chain: faster at 1" in found.text and "paying" not in found.text
+    assert found.to_dict()["kind"] == "comparison"
+    stored = crossover_of("chain", [_level(1, 1.3), _level(16, 1.2)], "comparison")
+    tonight = crossover_of("chain", [_level(1, 1.3), _level(16, 0.85)], "comparison")
+    lost = LoadJudgement(JUDGED, "", "x", crossover=tonight, baseline_crossover=stored)
+    (line,) = lost.paying_lost()
+    assert line.startswith("no longer faster than chain at 16 clients: 0.8")
+    never = crossover_of("chain", [_level(1, 0.7), _level(8, 0.6)], "comparison")
+    assert never is not None and never.text.startswith("is not faster at any level measured")
+    plain = _config("plain", {c: _noisy(c, 90.0 * c**0.9) for c in (1, 4, 16)}, args=(),
+                    accept=None)  # fmt: skip
+    assert judge_load_reference(plain, chain, POLICY).crossover is None
+    with pytest.raises(ValueError, match="crossover kind 'other'"):
+        crossover_of("chain", [_level(1, 1.3)], "other")
+
+
 def test_a_level_stopped_early_is_judged_against_the_plain_sessions_beside_its_own() -> None:
     """``spec`` stopped after one session while the plain config ran a second, 20% slower at
     every level: the A/B and the speedup curve keep the plain session of ``spec``'s round."""

@@ -65,9 +65,20 @@ def first_fall(
     return "above", None
 
 
+# How a curve's text names its states: over plain decoding speculation pays or loses; over
+# another speculative config (a tree against a chain) a config is faster or slower.
+WORDS = {
+    "speedup": {"stops": "stops paying", "pays": "pays", "loses": "loses", "none": "does not pay"},
+    "comparison": {"stops": "stops being faster", "pays": "faster", "loses": "slower",
+                   "none": "is not faster"},
+}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Crossover:
-    """A speedup curve against ``reference`` and where it falls to 1."""
+    """A speedup curve against ``reference`` and where it falls to 1. ``kind``: ``speedup``
+    (the reference decodes plainly: where speculation stops paying) or ``comparison`` (the
+    reference speculates too: where this config stops being the faster)."""
 
     reference: str
     points: tuple[CurvePoint, ...]
@@ -75,6 +86,7 @@ class Crossover:
     estimate: float | None
     low: tuple[str, float | None]  # where the CI lower bounds fall to 1
     high: tuple[str, float | None]  # where the CI upper bounds fall to 1
+    kind: str = "speedup"
 
     @property
     def text(self) -> str:
@@ -87,15 +99,16 @@ class Crossover:
                 return f"{value:.1f}"
             return f"≤ {first}" if kind == "below" else f"> {last}"
 
+        words = WORDS[self.kind]
         if self.where == "at" and self.estimate is not None:
             head = (
-                f"stops paying at about {self.estimate:.1f} clients (band {bound(self.low)} to "
-                f"{bound(self.high)} from the levels' CIs)"
+                f"{words['stops']} at about {self.estimate:.1f} clients (band {bound(self.low)} "
+                f"to {bound(self.high)} from the levels' CIs)"
             )
         elif self.where == "above":
             paying = [p.clients for p in self.points if p.ratio > 1]
             if all(p.state == "pays" for p in self.points):
-                head = f"pays at every level measured ({first} to {last} clients)"
+                head = f"{words['pays']} at every level measured ({first} to {last} clients)"
             elif len(paying) == len(self.points):
                 head = f"above 1 at every level measured ({first} to {last} clients)"
             else:
@@ -103,14 +116,14 @@ class Crossover:
             if self.low[0] != "above":
                 head += f"; its CI reaches 1 from {bound(self.low)} clients"
         else:
-            head = f"does not pay at any level measured (from {first} client{'s' * (first > 1)})"
+            head = f"{words['none']} at any level measured (from {first} client{'s' * (first > 1)})"
         states: dict[str, list[str]] = {}
         for p in self.points:
-            states.setdefault(p.state, []).append(str(p.clients))
+            states.setdefault(words.get(p.state, p.state), []).append(str(p.clients))
         detail = "; ".join(f"{k} at {', '.join(v)}" for k, v in states.items())
         again = self._pays_again()
         return f"{head} against {self.reference}: {detail}" + (
-            f"; pays again at {again}" if again else ""
+            f"; {words['pays']} again at {again}" if again else ""
         )
 
     def _pays_again(self) -> str | None:
@@ -132,12 +145,18 @@ class Crossover:
             "low": {"where": self.low[0], "clients": self.low[1]},
             "high": {"where": self.high[0], "clients": self.high[1]},
             "text": self.text,
+            "kind": self.kind,
         }
 
 
-def crossover_of(reference: str, levels: Sequence[HasVerdict]) -> Crossover | None:
-    """The crossover of the speedup curve that ``levels``' verdicts (ratio and CI against the
-    plain config ``reference``) make; None without a level that could be judged."""
+def crossover_of(
+    reference: str, levels: Sequence[HasVerdict], kind: str = "speedup"
+) -> Crossover | None:
+    """The crossover of the speedup curve that ``levels``' verdicts (ratio and CI against
+    ``reference``: a plain config, or with ``kind`` "comparison" a speculative one) make; None
+    without a level that could be judged."""
+    if kind not in WORDS:
+        raise ValueError(f"crossover kind {kind!r}: one of {', '.join(WORDS)}")
     points = sorted(
         (CurvePoint(lv.clients, lv.verdict.ratio, lv.verdict.ci_low, lv.verdict.ci_high,
                     lv.verdict.provisional)
@@ -155,5 +174,5 @@ def crossover_of(reference: str, levels: Sequence[HasVerdict]) -> Crossover | No
     return Crossover(
         reference, tuple(points), where, estimate,
         low=fall([p.ci_low for p in points], from_start=True),
-        high=fall([p.ci_high for p in points]),
+        high=fall([p.ci_high for p in points]), kind=kind,
     )  # fmt: skip

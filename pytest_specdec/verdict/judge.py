@@ -38,6 +38,7 @@ from pytest_specdec.verdict.compare import (
 from pytest_specdec.verdict.crossover import Crossover, crossover_of
 from pytest_specdec.verdict.load import (
     LoadJudgement,
+    curve_kind,
     judge_load_history,
     judge_load_reference,
     plain_config,
@@ -395,7 +396,7 @@ def stored_crossover(
             return None
         stored.append(kept)
     curve = stored_speedups(stored[0], stored[1], levels_of(config), policy)
-    return crossover_of(str(plain["name"]), curve)
+    return crossover_of(str(plain["name"]), curve, curve_kind(plain))
 
 
 def _prompts_baseline(

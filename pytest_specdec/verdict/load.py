@@ -147,8 +147,12 @@ class LoadJudgement:
         lost = [(p, before[p.clients]) for p in self.crossover.points
                 if p.state == "loses" and p.clients in before
                 and before[p.clients].state == "pays"]  # fmt: skip
+        lost_what = (
+            f"no longer faster than {self.crossover.reference}"
+            if self.crossover.kind == "comparison" else "speculation no longer pays"
+        )  # fmt: skip
         return [
-            f"speculation no longer pays at {p.clients} clients: {p.ratio:.3f}x "
+            f"{lost_what} at {p.clients} clients: {p.ratio:.3f}x "
             f"[{p.ci_low:.3f}, {p.ci_high:.3f}] of {self.crossover.reference} tonight, where the "
             f"baseline paid {b.ratio:.3f}x [{b.ci_low:.3f}, {b.ci_high:.3f}]"
             + (" (provisional: one session a side)" if p.provisional or b.provisional else "")
@@ -257,11 +261,17 @@ def judge_load_reference(
     if not out.levels:
         out.status, out.message = NO_DATA, "no level measured by both configs"
         return out
-    if is_speculative(config.get("config") or {}) and not is_speculative(
-        reference.get("config") or {}
-    ):  # a speedup curve is speculation over plain decoding, nothing else
-        out.crossover = crossover_of(str(reference.get("name")), list(out.levels.values()))
+    if is_speculative(config.get("config") or {}):  # a curve of a speculative config only
+        out.crossover = crossover_of(
+            str(reference.get("name")), list(out.levels.values()), curve_kind(reference)
+        )
     return out.explain()
+
+
+def curve_kind(reference: Mapping[str, Any]) -> str:
+    """A speculative config's curve over ``reference``: ``speedup`` over plain decoding,
+    ``comparison`` over another speculative config (verdict/crossover.py)."""
+    return "comparison" if is_speculative(reference.get("config") or {}) else "speedup"
 
 
 def speedup_levels(
