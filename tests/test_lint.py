@@ -284,6 +284,14 @@ def test_the_prefill_fix_is_told_in_the_installed_sglangs_own_flags() -> None:
         "load suite uses 256) (this SGLang has no --cuda-graph-bs-prefill: its prefill graphs "
         "are piecewise)"
     )
+    dflash = [*fork_args, "--speculative-algorithm", "DFLASH"]
+    (tree,) = load_prefill_advice([1, 4, 16], dflash, flags=FORK_GRAPH_FLAGS)
+    assert tree.problem.endswith(
+        "its prefill graphs are piecewise); a DFLASH prefill still runs eagerly there: the DDTree "
+        "fork captured those graphs without the hidden states its prefill keeps for the "
+        'drafter, and replayed none of 232 prefill batches (docs/gpu-run.md, "An H100: DDTree '
+        'under load on the fork")'
+    )
     (release,) = load_prefill_advice([4], ["--disable-piecewise-cuda-graph"])
     assert release.problem.endswith(
         "drop --disable-piecewise-cuda-graph and add --cuda-graph-bs-prefill 1 2 4 ... N with "

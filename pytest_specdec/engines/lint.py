@@ -232,6 +232,13 @@ def prefill_fix(argv: Sequence[str], flags: Iterable[str] | None = None) -> str:
     )
     if sizes != PREFILL_SIZES_FLAG:
         fix += f" (this SGLang has no {PREFILL_SIZES_FLAG}: its prefill graphs are piecewise)"
+        if (_value(argv, "--speculative-algorithm") or "").upper() == "DFLASH":
+            fix += (
+                "; a DFLASH prefill still runs eagerly there: the DDTree fork captured those "
+                "graphs without the hidden states its prefill keeps for the drafter, and "
+                'replayed none of 232 prefill batches (docs/gpu-run.md, "An H100: DDTree under '
+                'load on the fork")'
+            )
     return fix
 
 
