@@ -95,3 +95,25 @@ def test_built_at_the_chains_host_cost_the_tree_would_pay_at_sixteen(configs: An
     built = tree["step"] - tree["untimed"] + chain["untimed"]
     assert round(built, 1) == 20.3
     assert tokens * chain["step"] / built == pytest.approx(1.24, abs=0.005)
+
+
+def test_the_forks_prefill_graphs_were_captured_and_never_replayed_for_the_tree() -> None:
+    """A second boot with the fork's prefill graphs on (breakable, 1 to 256 tokens): captured,
+    yet every prefill batch of every round ran eagerly, since the fork captures them without
+    the hidden states a DFLASH prefill keeps. Its verify per step matched the first boot's
+    to 0.5%; its untimed part was shorter at every level."""
+    doc = load_results(RUN / "h100-ddtree-load-pcg.json.gz")
+    (tree,) = doc["configs"]
+    assert "--enable-breakable-cuda-graph" in tree["command"]
+    assert "--disable-piecewise-cuda-graph" not in tree["command"]
+    for clients in (1, 4, 16):
+        rounds = rounds_of(tree, clients, warmups=True)
+        batches = [int(r.engine["prefill_batches"]) for r in rounds]
+        assert sum(batches) > 0
+        assert [int(r.engine["prefill_outside_graphs"]) for r in rounds] == batches
+    first = load_results(RUN / "h100-ddtree-load.json.gz")
+    earlier = next(c for c in first["configs"] if c["name"] == TREE)
+    for clients in (1, 4, 16):
+        now, before = _per_step(tree, clients), _per_step(earlier, clients)
+        assert now["verify"] == pytest.approx(before["verify"], rel=0.005)
+        assert now["untimed"] < before["untimed"]
