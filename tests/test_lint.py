@@ -273,37 +273,37 @@ FORK_GRAPH_FLAGS = [
 ]  # fmt: skip
 
 
-def test_the_prefill_fix_is_told_in_the_installed_sglangs_own_flags() -> None:
+FORK_ARGS = ["--cuda-graph-max-bs", "64", "--disable-piecewise-cuda-graph"]
+PREFILL_FIXES = [
+    (FORK_ARGS, FORK_GRAPH_FLAGS,
+     "drop --disable-piecewise-cuda-graph and add --piecewise-cuda-graph-tokens 1 2 4 ... N with "
+     "--piecewise-cuda-graph-max-tokens N at least the largest prefill expected (the load suite "
+     "uses 256) (this SGLang has no --cuda-graph-bs-prefill: its prefill graphs are piecewise)"),
+    ([*FORK_ARGS, "--speculative-algorithm", "DFLASH"], FORK_GRAPH_FLAGS,
+     "its prefill graphs are piecewise); a DFLASH prefill still runs eagerly there: the DDTree "
+     "fork captured those graphs without the hidden states its prefill keeps for the drafter, "
+     'and replayed none of 232 prefill batches (docs/gpu-run.md, "An H100: DDTree under load '
+     'on the fork")'),
+    (["--disable-piecewise-cuda-graph"], None,
+     "drop --disable-piecewise-cuda-graph and add --cuda-graph-bs-prefill 1 2 4 ... N with "
+     "--cuda-graph-max-bs-prefill N at least the largest prefill expected (the load suite uses "
+     "256)"),
+    ([], ["--cuda-graph-max-bs"],
+     "this SGLang's parser names no prefill graph sizes (--cuda-graph-bs-prefill or "
+     "--piecewise-cuda-graph-tokens): judge its load levels knowing that a small prefill runs "
+     "eagerly"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "flags", "ending"), PREFILL_FIXES)
+def test_the_prefill_fix_is_told_in_the_installed_sglangs_own_flags(
+    args: list[str], flags: list[str] | None, ending: str
+) -> None:
     """A load run on the fork was told to add --cuda-graph-bs-prefill, which its parser does
-    not have, and not to drop the switch that turns its prefill graphs off."""
-    fork_args = ["--cuda-graph-max-bs", "64", "--disable-piecewise-cuda-graph"]
-    (fork,) = load_prefill_advice([1, 4, 16], fork_args, flags=FORK_GRAPH_FLAGS)
-    assert fork.problem.endswith(
-        "drop --disable-piecewise-cuda-graph and add --piecewise-cuda-graph-tokens 1 2 4 ... N "
-        "with --piecewise-cuda-graph-max-tokens N at least the largest prefill expected (the "
-        "load suite uses 256) (this SGLang has no --cuda-graph-bs-prefill: its prefill graphs "
-        "are piecewise)"
-    )
-    dflash = [*fork_args, "--speculative-algorithm", "DFLASH"]
-    (tree,) = load_prefill_advice([1, 4, 16], dflash, flags=FORK_GRAPH_FLAGS)
-    assert tree.problem.endswith(
-        "its prefill graphs are piecewise); a DFLASH prefill still runs eagerly there: the DDTree "
-        "fork captured those graphs without the hidden states its prefill keeps for the "
-        'drafter, and replayed none of 232 prefill batches (docs/gpu-run.md, "An H100: DDTree '
-        'under load on the fork")'
-    )
-    (release,) = load_prefill_advice([4], ["--disable-piecewise-cuda-graph"])
-    assert release.problem.endswith(
-        "drop --disable-piecewise-cuda-graph and add --cuda-graph-bs-prefill 1 2 4 ... N with "
-        "--cuda-graph-max-bs-prefill N at least the largest prefill expected (the load suite "
-        "uses 256)"
-    )
-    (neither,) = load_prefill_advice([4], [], flags=["--cuda-graph-max-bs"])
-    assert neither.problem.endswith(
-        "this SGLang's parser names no prefill graph sizes (--cuda-graph-bs-prefill or "
-        "--piecewise-cuda-graph-tokens): judge its load levels knowing that a small prefill "
-        "runs eagerly"
-    )
+    not have, and not to drop the switch that turns its prefill graphs off; the fix names the
+    installed SGLang's own flags (0.5.17's where they are not known)."""
+    (finding,) = load_prefill_advice([1, 4, 16], args, flags=flags)
+    assert finding.problem.endswith(ending)
 
 
 def test_a_load_run_plan_carries_the_prefill_warning(sglang_python: str, tmp_path: Path) -> None:
