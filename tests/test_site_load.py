@@ -271,9 +271,28 @@ def test_the_run_page_draws_the_curves_and_lists_the_levels_and_verdicts(tmp_pat
     assert section.count('class="verdict REGRESSED"') == 2  # 16 and 64 lose
     assert "crossover (tonight): stops paying at about" in section
     assert "crossover (stored baselines)" in section
+    assert "<h3>Speedup of <code>draft-d4</code> over <code>plain</code></h3>" in section
+    assert spec_of(page, "load-speedup-0")["layer"][3]["encoding"]["y"]["title"] == (
+        "speedup over plain"
+    )
     assert "draft-d4 at 64 clients: queued by its settings: 64 clients, 16 requests" in section
     assert "draft-d4 at 16 clients" not in section  # as many clients as slots: not queued
     assert "xychart-beta" not in page and "(drawn as a chart above, under Load levels)" in page
+
+
+def test_a_comparison_curve_is_drawn_over_its_speculative_reference(tmp_path: Path) -> None:
+    """A tree against a chain (both speculative): the run page draws its curve, titled and
+    scaled over the chain by name, and says where the tree stops being the faster."""
+    doc = document()
+    plain, spec = doc["configs"]
+    plain["config"]["args"] = ["--speculative-algorithm", "DFLASH"]
+    doc["verdicts"][0]["load"] = judge_load_reference(spec, plain, POLICY).to_dict()
+    page = _site(tmp_path, [doc]).out
+    (run,) = (page / "runs").glob("*.html")
+    html = run.read_text(encoding="utf-8")
+    assert "<h3>Speedup of <code>draft-d4</code> over <code>plain</code></h3>" in html
+    assert "crossover (tonight): stops being faster at about" in html
+    assert "stops paying" not in html
 
 
 def test_user_text_in_the_load_section_is_escaped(tmp_path: Path) -> None:

@@ -178,6 +178,16 @@ def log_ticks(values: Sequence[float | None]) -> list[float]:
     return inside
 
 
+def curve_reference(load: Mapping[str, Any]) -> str:
+    """What a config's speedup curve is over: its reference config by name (a plain config, or
+    a speculative one for a comparison such as a tree against a chain)."""
+    for key in ("crossover", "baseline_crossover"):
+        found = load.get(key)
+        if isinstance(found, Mapping) and found.get("reference"):
+            return str(found["reference"])
+    return "the plain config"
+
+
 def speedup_spec(load: Mapping[str, Any]) -> dict[str, Any] | None:
     """One speculative config's speedup over the plain config against clients (log-log: the
     crossover is interpolated in log clients and log speedup), tonight's and the stored
@@ -196,7 +206,7 @@ def speedup_spec(load: Mapping[str, Any]) -> dict[str, Any] | None:
     ]  # fmt: skip
     levels = sorted({int(v["clients"]) for v in values})
     x = _clients_x(levels)
-    y = {"field": "ratio", "type": "quantitative", "title": "speedup over the plain config",
+    y = {"field": "ratio", "type": "quantitative", "title": f"speedup over {curve_reference(load)}",
          "scale": {"type": "log", "nice": False, "padding": 12},
          "axis": {"values": log_ticks([*(v[k] for v in values for k in ("lo", "hi")), 1.0]),
                   "format": "~g"}}  # fmt: skip
@@ -294,14 +304,14 @@ def run_section(doc: Mapping[str, Any]) -> str:
         spec = speedup_spec(judgement["load"])
         if spec is None:
             continue
-        name = str(judgement.get("config"))
+        name, over = str(judgement.get("config")), esc(curve_reference(judgement["load"]))
         out += [
-            f"<h3>Speedup of <code>{esc(name)}</code> over the plain config</h3>"
-            '<p class="muted">Its throughput over the plain config\'s at each level, with the '
+            f"<h3>Speedup of <code>{esc(name)}</code> over <code>{over}</code></h3>"
+            f'<p class="muted">Its throughput over {over}\'s at each level, with the '
             "level's 90% CI (triangles up: the CI above 1, down: below 1); log scales. Red: "
             "where the curve falls to 1, shaded: the band the levels' CIs give (a guide, not a "
             "simultaneous interval); dashed: the stored baselines' crossover.</p>",
-            chart(f"load-speedup-{i}", spec, f"speedup of {name} over the plain config"),
+            chart(f"load-speedup-{i}", spec, f"speedup of {name} over {over}"),
         ]
         lines = crossover_lines(judgement)
         out.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
