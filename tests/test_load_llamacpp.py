@@ -152,7 +152,7 @@ def test_ab_per_level_with_sessions_runs_every_level_in_every_session(
     result.assert_outcomes(passed=4 + 4 + 1, skipped=1)  # 2 configs x 2 levels x 2 sessions
     report = (project.path / "report.md").read_text()
     assert "### Load levels" in report and "xychart-beta" in report
-    assert "Speedup over the plain config" in report and "`draft-np2`" in report
+    assert "Speedup over np2" in report and "`draft-np2`" in report
 
 
 def test_a_round_whose_requests_fail_is_an_error_never_a_number(

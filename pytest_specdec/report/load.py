@@ -225,6 +225,16 @@ def _work_cell(work: Mapping[str, Any] | None) -> str:
     return f"{tag} {work['ratio']:.3f}x (MDE {work['mde']:.1%})"
 
 
+def curve_reference(load: Mapping[str, Any]) -> str:
+    """What a config's speedup curve is over: its reference config by name (a plain config, or
+    a speculative one for a comparison such as a tree against a chain)."""
+    for key in ("crossover", "baseline_crossover"):
+        found = load.get(key)
+        if isinstance(found, Mapping) and found.get("reference"):
+            return str(found["reference"])
+    return "the plain config"
+
+
 def crossover_lines(judgement: Mapping[str, Any]) -> list[str]:
     """Where the config's speedup curve falls to 1, tonight and in the stored baselines."""
     load = judgement.get("load") or {}
@@ -291,7 +301,9 @@ def markdown_section(results: Mapping[str, Any]) -> list[str]:
     curves = {str(c["name"]): _curve(c, levels) for c in configs}
     out += ["", *mermaid_chart("Aggregate output tok/s", "tok/s", curves, levels)]
     speedups = {str(j["config"]): _speedups(j, levels) for j in verdicts}
-    out += ["", *mermaid_chart("Speedup over the plain config", "x", speedups, levels)]
+    over = sorted({curve_reference(j["load"]) for j in verdicts})
+    title = f"Speedup over {over[0]}" if len(over) == 1 else "Speedup over each reference"
+    out += ["", *mermaid_chart(title, "x", speedups, levels)]
     return [*out, ""]
 
 

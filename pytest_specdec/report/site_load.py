@@ -27,6 +27,7 @@ from pytest_specdec.report.load import (
     LEVEL_HEADER,
     VERDICT_HEADER,
     crossover_lines,
+    curve_reference,
     level_notes,
     level_rows,
     level_summaries,
@@ -176,16 +177,6 @@ def log_ticks(values: Sequence[float | None]) -> list[float]:
         if len(inside) >= 4:
             break
     return inside
-
-
-def curve_reference(load: Mapping[str, Any]) -> str:
-    """What a config's speedup curve is over: its reference config by name (a plain config, or
-    a speculative one for a comparison such as a tree against a chain)."""
-    for key in ("crossover", "baseline_crossover"):
-        found = load.get(key)
-        if isinstance(found, Mapping) and found.get("reference"):
-            return str(found["reference"])
-    return "the plain config"
 
 
 def speedup_spec(load: Mapping[str, Any]) -> dict[str, Any] | None:
