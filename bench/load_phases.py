@@ -135,6 +135,25 @@ def phase_lines(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str
     return out
 
 
+def per_pass_lines(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
+    """Per boot, each phase's GPU time and the rest of the round per decode pass (a verify
+    step of every running request, speculating), in ms: what a step costs, where."""
+    out = []
+    for session in sorted({r.session for r in rounds}):
+        mine = [r for r in rounds if r.session == session]
+        passes = mean([decode_passes(r) for r in mine])
+        idle = no_forward_s(mine)
+        if not passes or idle is None:
+            continue
+        phases = phase_means(mine)
+        parts = [(n, phases[n]) for n in names if n in phases] + [("rest", idle[0])]
+        whole = sum(v for _, v in parts)
+        text = ", ".join(f"{n} {v / passes * 1000:.3f}" for n, v in parts)
+        out.append(f"  per decode pass, boot {session} (ms): {text}; whole "
+                   f"{whole / passes * 1000:.3f}")  # fmt: skip
+    return out
+
+
 def _spread_line(
     label: str, means: Sequence[float], unit: str, fmt: str, stored: Sequence[int], nightly: int
 ) -> str | None:
@@ -390,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   + " | ".join(f"{n} s" for n in names) + " |")  # fmt: skip
             print("|" + "---:|" * (10 + len(names)))
             print("\n".join(boot_rows(rounds, names)))
-            print("\n".join(phase_lines(rounds, names)))
+            print("\n".join(phase_lines(rounds, names) + per_pass_lines(rounds, names)))
             for spread in (boot_spread(rounds, args.stored, args.nightly),
                            work_spread(rounds, args.stored, args.nightly),
                            step_spread(rounds, args.stored, args.nightly)):  # fmt: skip

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests_support import bench
 
 from pytest_specdec.core.results import load_results
 from pytest_specdec.measure.levels import decode_passes, no_forward_s, phase_means, rounds_of
@@ -117,3 +118,14 @@ def test_the_forks_prefill_graphs_were_captured_and_never_replayed_for_the_tree(
         now, before = _per_step(tree, clients), _per_step(earlier, clients)
         assert now["verify"] == pytest.approx(before["verify"], rel=0.005)
         assert now["untimed"] < before["untimed"]
+
+
+def test_bench_load_phases_prints_the_step_costs_the_doc_quotes(configs: Any) -> None:
+    """``python bench/load_phases.py <the run>``: its per-pass lines are the doc's table."""
+    load_phases = bench("load_phases")
+    tree = rounds_of(configs[TREE], 16)
+    (line,) = load_phases.per_pass_lines(tree, ["extend", "target_verify"])
+    assert line == (
+        "  per decode pass, boot 1 (ms): extend 2.099, target_verify 11.869, rest 14.247; "
+        "whole 28.215"
+    )
