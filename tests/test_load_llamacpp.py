@@ -155,6 +155,37 @@ def test_ab_per_level_with_sessions_runs_every_level_in_every_session(
     assert "Speedup over np2" in report and "`draft-np2`" in report
 
 
+def test_two_speculative_configs_give_a_comparison_curve(
+    two_prompt_project: pytest.Pytester,
+) -> None:
+    """A speculative config against a speculative reference (4 drafted tokens a step against
+    2): each level is an A/B, and the curve is drawn as a comparison, told as where the config
+    stops being the faster, never as where speculation stops paying."""
+    project = two_prompt_project
+    two = CONFIGS.replace("[configs.np2]", "[configs.draft2-np2]").replace(
+        'description = "No speculation, two parallel slots."\nargs = ["-np", "2", "-c", "4096"]',
+        'description = "The Q4_0 draft, 2 tokens a step, two parallel slots."\ndraft = "draft"\n'
+        'args = ["-np", "2", "-c", "4096", "--spec-type", "draft-simple", '
+        '"--spec-draft-n-max", "2"]',
+    )
+    configs = project.makefile(".toml", load=two)
+    out = project.path / "cmp.json"
+    result = project.runpytest_subprocess(
+        "suites/test_concurrency.py", "--specdec-config-file", str(configs),
+        "--spec-config", "draft2-np2,draft-np2", "--specdec-reference", "draft2-np2",
+        "--specdec-concurrency", "1,2", "--specdec-rounds", "2", "--specdec-results", str(out),
+        "--specdec-markdown", "report.md", "--specdec-fail-on", "accept-regressed", *SHORT,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    (verdict,) = _results(out)["verdicts"]
+    crossover = verdict["load"]["crossover"]
+    assert verdict["load"]["against"] == "reference draft2-np2"
+    assert crossover["kind"] == "comparison" and crossover["reference"] == "draft2-np2"
+    assert "pay" not in crossover["text"] and "against draft2-np2" in crossover["text"]
+    report = (project.path / "report.md").read_text()
+    assert "Speedup over draft2-np2" in report and "crossover (tonight): " in report
+
+
 def test_a_round_whose_requests_fail_is_an_error_never_a_number(
     two_prompt_project: pytest.Pytester,
 ) -> None:
