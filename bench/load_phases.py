@@ -41,6 +41,7 @@ from pytest_specdec.measure.levels import (
     phase_means,
     rounds_of,
 )
+from pytest_specdec.report.load import draft_untimed
 from pytest_specdec.verdict.machines import machine_of
 from pytest_specdec.verdict.planning import history_mde
 from pytest_specdec.verdict.stats import SessionSummary
@@ -394,6 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     docs = [load_results(path) for path in args.results]
     minutes = boot_minutes(docs)
     machines: dict[str, dict[int, str]] = {}
+    untimed_drafts = {c["name"] for doc in docs for c in doc["configs"]
+                      if draft_untimed(c, phase_means(rounds_of(c)))}  # fmt: skip
     for name, levels in gathered(docs, machines).items():
         for clients in args.clients or sorted(levels):
             rounds = levels.get(clients) or []
@@ -401,9 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             names = sorted({k for r in rounds for k in phases_of(r)})
             print(f"\n{name} at {clients} clients")
-            # a verify with no draft phase timed (DFLASH): the rest holds the draft's forward
-            rest = ("untimed s" if "target_verify" in names
-                    and not any("draft" in n for n in names) else "no forward s")  # fmt: skip
+            # a draft model with no draft phase timed (DFLASH): the rest holds its forward
+            rest = "untimed s" if name in untimed_drafts else "no forward s"
             print("| boot | rounds | out tok/s | GPU busy % | steal | busiest on CPU | "
                   f"other thread CPUs | client CPUs | {rest} | decode passes | "
                   + " | ".join(f"{n} s" for n in names) + " |")  # fmt: skip

@@ -904,10 +904,12 @@ def test_the_time_a_round_ran_no_forward_is_its_wall_less_its_gpu_seconds() -> N
 def test_a_speculative_level_whose_draft_is_untimed_says_so() -> None:
     """SGLang's DFLASH times its target's verify and extend, not its draft: the rest of a round
     is then not the host's alone, and the report says what it holds (an H100, DDTree on the
-    fork at 16 clients: 3038 ms a round of it, half the round)."""
+    fork at 16 clients: 3038 ms a round of it, half the round). Without a draft model (NGRAM)
+    or with a draft phase timed, the rest is the host's."""
     from pytest_specdec.report.load import level_notes
 
     config = _config("dflash", {16: [1900.0, 1910.0]}, args=("--speculative-algorithm", "DFLASH"))
+    config["config"]["draft"] = "dflash"
     for r in config["extra"]["load"]:
         r.update(wall_s=5.3, engine={"phase_s": {"extend": 0.34, "target_verify": 3.26},
                                      "passes": {"decode_cuda_graph": 275.0}})  # fmt: skip
@@ -917,6 +919,10 @@ def test_a_speculative_level_whose_draft_is_untimed_says_so() -> None:
         "part and the draft's forward, which the engine does not time); 275 decode steps a "
         "round, 11.85 ms of timed GPU work each"
     )
+    config["config"]["draft"] = None  # no draft model (NGRAM drafts on the host)
+    (line,) = [n for n in level_notes("dflash", config) if "by phase" in n]
+    assert "; no forward 1700 ms (32.1% of the round); 275 decode steps a round" in line
+    config["config"]["draft"] = "dflash"
     for r in config["extra"]["load"]:  # a draft phase timed: the rest is the host's
         r["engine"]["phase_s"]["eagle_draft"] = 0.5
     (line,) = [n for n in level_notes("dflash", config) if "by phase" in n]

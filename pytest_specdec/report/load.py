@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_specdec.core.configs import is_speculative
 from pytest_specdec.measure.host import host_summary
 from pytest_specdec.measure.levels import (
     LevelSummary,
@@ -147,10 +146,12 @@ def short_note(rounds: Sequence[RoundResult]) -> str | None:
 
 
 def draft_untimed(config: Mapping[str, Any], phases: Mapping[str, float]) -> bool:
-    """A speculative config whose engine timed no draft phase (SGLang's DFLASH, 0.5.17's and
-    the DDTree fork's, times its target's verify and extend alone): the time outside the timed
-    phases then holds the draft's forward too."""
-    return is_speculative(config.get("config") or {}) and not any("draft" in k for k in phases)
+    """A config with a draft model whose engine timed no draft phase (SGLang's DFLASH, 0.5.17's
+    and the DDTree fork's, times its target's verify and extend alone): the time outside the
+    timed phases then holds the draft's forward too. A config without a draft model (NGRAM)
+    drafts on the host."""
+    identity = config.get("config") or {}
+    return bool(identity.get("draft")) and not any("draft" in k for k in phases)
 
 
 def idle_text(idle: tuple[float, float] | None, untimed: bool) -> str:
