@@ -91,6 +91,31 @@ def test_compare_says_when_the_two_runs_are_different_setups(
     assert "different setups" not in capsys.readouterr().out
 
 
+def test_compare_judges_each_config_against_a_named_reference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--reference NAME``: every other config of NEW against OLD's NAME, one file on both
+    sides (the H100 fork run: DDTree against the chain on its settings, level by level, and
+    where the tree stops being the faster); a name OLD lacks, or a reference that failed, is
+    an error naming the fix."""
+    run = Path(__file__).parent.parent / "docs/gpu-run/ddtree-load/h100-ddtree-load.json.gz"
+    assert main(["compare", str(run), str(run), "--reference", "dflash-b16-triton"]) == 0
+    out = capsys.readouterr().out
+    assert "ddtree-b15: 1 client: IMPROVED (provisional): 1.188x" in out
+    assert "ddtree-b15: crossover (tonight): stops being faster at about 5.7 clients" in out
+    assert "dflash-b16-triton:" not in out.replace("against dflash-b16-triton", "")
+    assert "different setups" not in out
+    assert main(["compare", str(run), str(run), "--reference", "dflash-b16"]) == 2
+    err = capsys.readouterr().err
+    assert "--reference dflash-b16: no such config in" in err
+    assert "(it has dflash-b16-triton, ddtree-b15); name one of those" in err
+    old_doc = results_doc({"base": {"code": 100}, "other": {"code": 90}})
+    old_doc["configs"][0]["error"] = "engine exited with code -9 before ready"
+    old = _results(tmp_path / "old.json", old_doc)
+    assert main(["compare", str(old), str(old), "--reference", "base"]) == 2
+    assert "--reference base: it failed in" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag, value", [("--alpha", "0.6"), ("--alpha", "0"),
                                          ("--min-delta", "2"), ("--min-delta", "-1")])  # fmt: skip
 def test_compare_policy_values_out_of_range_are_usage_errors(

@@ -70,9 +70,10 @@ def baseline_show(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
-    """The verdict engine on two results files: each config of NEW against the same in OLD.
-    Exit 1 where a verdict fails (``--fail-on``) or a config of NEW could not be judged: it
-    failed to boot or measure there, or its runs cannot be compared; 2 where nothing could."""
+    """The verdict engine on two results files: each config of NEW against the same in OLD
+    (or, with ``--reference``, against OLD's config of that name). Exit 1 where a verdict fails
+    (``--fail-on``) or a config of NEW could not be judged: it failed to boot or measure there,
+    or its runs cannot be compared; 2 where nothing could."""
     old, new = load_results(args.old), with_score(load_results(args.new), args.score)
     old_hash, new_hash = ((d.get("workload") or {}).get("sha256") for d in (old, new))
     if old_hash != new_hash:
@@ -85,19 +86,22 @@ def compare(args: argparse.Namespace) -> int:
     before = {c["name"]: c for c in old["configs"]}
     new_names = set(_names_of(new))
     failed = {c["name"]: c["error"] for c in new["configs"] if c.get("error")}
-    both = [c for c in new["configs"] if c["name"] in before and c["name"] not in failed]
+    against = _against(args, old, before)
+    wanted = (lambda n: n in before) if against is None else (lambda n: n != args.reference)
+    both = [c for c in new["configs"] if c["name"] not in failed and wanted(c["name"])]
     if not both and not failed:
         raise ResultsError(
             f"no config of {args.new} is in {args.old} "
             f"({', '.join(_names_of(new)) or 'it has none'}; {args.old} has "
             f"{', '.join(_names_of(old)) or 'none'}): nothing to compare"
         )
-    judged = [judge_reference(new, cfg, before[cfg["name"]], policy) for cfg in both]
-    judged = adjust(judged, policy)
+    ref = {c["name"]: against or before[c["name"]] for c in both}
+    judged = adjust([judge_reference(new, cfg, ref[cfg["name"]], policy) for cfg in both], policy)
     now = {c["name"]: c for c in both}
     for j in judged:
         print(f"{j.config}: {j.message}")
-        for note in [*j.notes, *_setups_differ(old, before[j.config], new, now[j.config])]:
+        differ = [] if against else _setups_differ(old, before[j.config], new, now[j.config])
+        for note in [*j.notes, *differ]:
             print(f"{j.config}: note: {note}")
         for line in accept_summary_lines(j.config, j.acceptance):
             print(line)
@@ -107,7 +111,7 @@ def compare(args: argparse.Namespace) -> int:
         print(f"{name}: ERROR: it failed in {args.new}, so it has no verdict: {error}")
     for side, names in ((args.old, new_names - set(before)),
                         (args.new, set(before) - new_names)):  # fmt: skip
-        if names:
+        if names and against is None:
             print(f"not in {side}: {', '.join(sorted(names))}")
     gates = args.provisional == "gate"
     if not gates:
@@ -116,6 +120,27 @@ def compare(args: argparse.Namespace) -> int:
     unjudged = [j for j in judged if j.status == UNJUDGEABLE
                 or (j.load is not None and j.load.status == LOAD_UNJUDGEABLE)]  # fmt: skip
     return 1 if failures(judged, args.fail_on, gates) or failed or unjudged else 0
+
+
+def _against(
+    args: argparse.Namespace, old: Mapping[str, Any], before: Mapping[str, Any]
+) -> Mapping[str, Any] | None:
+    """With ``--reference NAME``: OLD's config NAME, which every config of NEW is then judged
+    against (a tree against a chain in one results file: OLD and NEW the same); else None."""
+    if args.reference is None:
+        return None
+    found: Mapping[str, Any] | None = before.get(args.reference)
+    if found is None:
+        raise ResultsError(
+            f"--reference {args.reference}: no such config in {args.old} (it has "
+            f"{', '.join(_names_of(old)) or 'none'}); name one of those"
+        )
+    if found.get("error"):
+        raise ResultsError(
+            f"--reference {args.reference}: it failed in {args.old}, so nothing can be judged "
+            f"against it: {found['error']}"
+        )
+    return found
 
 
 def _names_of(doc: Mapping[str, Any]) -> list[str]:
@@ -255,6 +280,10 @@ def add_commands(sub: Any) -> None:
     cmp.add_argument("--score", choices=SCORES, default=None,
                      help="judge each run's e2e or decode tok/s (default: what NEW was judged "
                      "on)")  # fmt: skip
+    cmp.add_argument("--reference", default=None, metavar="NAME",
+                     help="judge every config of NEW against OLD's config NAME instead of its "
+                     "namesake (OLD and NEW may be one file: an A/B within a run, each load "
+                     "level's speedup and the crossover too)")  # fmt: skip
     cmp.set_defaults(func=compare)
 
     rep = sub.add_parser("report", help="Markdown, charts, pytest-benchmark JSON, merge")
