@@ -114,6 +114,25 @@ def test_nights_group_a_runs_sessions_and_results_files_join_the_store(tmp_path:
     assert any("other.json" in n for n in series["(inputs)"].notes)
 
 
+def test_two_runners_started_in_the_same_second_are_two_nights() -> None:
+    """A night is a run: its start and its host. Two runners' jobs that a cron started in the
+    same second used to be averaged as one night; a run's several sessions stay one."""
+
+    def entry(host: str | None, mean: float, session: int = 1) -> dict[str, Any]:
+        return {"started_at": "2026-12-01T02:00:00+00:00", "host": host, "session": session,
+                "suite": {"mean_log": math.log(mean)}}  # fmt: skip
+
+    two = nights([entry("runner-a", 100.0), entry("runner-b", 90.0)])
+    assert [n.key for n in two] == ["2026-12-01T02:00:00+00:00 on runner-a",
+                                    "2026-12-01T02:00:00+00:00 on runner-b"]  # fmt: skip
+    assert all(n.started_at == "2026-12-01T02:00:00+00:00" for n in two)
+    assert [round(math.exp(n.mean_log)) for n in two] == [100, 90]
+    (one,) = nights([entry("runner-a", 100.0), entry("runner-a", 90.0, session=2)])
+    assert one.sessions == 2
+    (older,) = nights([entry(None, 100.0), entry(None, 90.0)])  # stored before hosts were kept
+    assert older.sessions == 2 and older.key == "2026-12-01T02:00:00+00:00"
+
+
 def test_robust_noise_and_small_inputs() -> None:
     rng = np.random.default_rng(5)
     flat = list(rng.normal(0, 0.01, 60))

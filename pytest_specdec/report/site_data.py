@@ -41,6 +41,7 @@ from pytest_specdec.verdict.history import (
     by_night,
     change_points,
     joined,
+    night_key,
     nights,
 )
 
@@ -209,7 +210,7 @@ def night_views(
     groups = by_night(sessions)
     out = []
     for night in nights(sessions):
-        group = groups[night.started_at]
+        group = groups[night.key]
         suites = [s["suite"] for s in group]
         ci = _t_interval(
             [float(s["mean_log"]) for s in suites], suites[0].get("sd_log"),
@@ -241,11 +242,11 @@ def load_night_views(
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for session in sessions:
         if isinstance(session.get("levels"), Mapping) and session["levels"]:
-            when = str(session.get("started_at") or session.get("added_at") or "")
-            groups.setdefault(when, []).append(session)
+            groups.setdefault(night_key(session), []).append(session)
     out = []
-    for when in sorted(groups):
-        group = groups[when]
+    for key in sorted(groups):
+        group = groups[key]
+        when = str(group[0].get("started_at") or group[0].get("added_at") or "")
         counts = sorted({int(c) for s in group for c in s["levels"]})
         levels = {
             c: cell

@@ -1,6 +1,6 @@
 """Change points over nightly history: on which night a config's speed changed, and by how much.
 
-A *night* is one run of the suite (one ``started_at``): the mean of its server sessions'
+A *night* is one run of the suite (one ``started_at`` on one host): the mean of its sessions'
 suite scores (ln tok/s), its mean accept length, its engine version and commit. Over a
 config's series of nights, change points are found by PELT from ``ruptures`` (a maintained
 implementation; its C kernel version with the linear kernel, i.e. a least-squares cost) with
@@ -86,6 +86,7 @@ class Night:
     accept: float | None  # mean accept length over prompts and sessions
     engine_version: str | None
     commit: str | None
+    key: str = ""  # the run's key (night_key): its start, and its host where known
 
 
 def _session_accept(session: Mapping[str, Any]) -> float | None:
@@ -97,15 +98,23 @@ def _session_accept(session: Mapping[str, Any]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def night_key(session: Mapping[str, Any]) -> str:
+    """The run a stored session belongs to: its start (``started_at``), and its host where it
+    names one, so that two runners' jobs started in the same second are two nights. ISO 8601
+    times in UTC first: the keys sort as the nights ran."""
+    when = str(session.get("started_at") or session.get("added_at") or "")
+    host = session.get("host")
+    return f"{when} on {host}" if host else when
+
+
 def by_night(sessions: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Baseline session entries grouped by run (``started_at``); sessions without a suite
+    """Baseline session entries grouped by run (:func:`night_key`); sessions without a suite
     score are left out."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for session in sessions:
         if (session.get("suite") or {}).get("mean_log") is None:
             continue
-        when = str(session.get("started_at") or session.get("added_at") or "")
-        groups.setdefault(when, []).append(session)
+        groups.setdefault(night_key(session), []).append(session)
     return groups
 
 
@@ -113,12 +122,14 @@ def nights(sessions: Iterable[Mapping[str, Any]]) -> list[Night]:
     """One :class:`Night` per run (see :func:`by_night`), oldest first."""
     groups = by_night(sessions)
     out = []
-    for when in sorted(groups):  # ISO 8601 timestamps in UTC sort as text
-        group = groups[when]
+    for key in sorted(groups):
+        group = groups[key]
         accepts = [a for s in group if (a := _session_accept(s)) is not None]
+        when = str(group[0].get("started_at") or group[0].get("added_at") or "")
         out.append(
             Night(
                 started_at=when,
+                key=key,
                 mean_log=statistics.fmean(float(s["suite"]["mean_log"]) for s in group),
                 sessions=len(group),
                 accept=statistics.fmean(accepts) if accepts else None,
