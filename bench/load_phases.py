@@ -136,9 +136,12 @@ def phase_lines(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str
     return out
 
 
-def per_pass_lines(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[str]:
-    """Per boot, each phase's GPU time and the rest of the round per decode pass (a verify
-    step of every running request, speculating), in ms: what a step costs, where."""
+def per_pass_lines(
+    rounds: Sequence[RoundResult], names: Sequence[str], rest: str = "no forward"
+) -> list[str]:
+    """Per boot, each phase's GPU time and the rest of the round (``rest``: what the table
+    calls it) per decode pass (a verify step of every running request, speculating), in ms:
+    what a step costs, where."""
     out = []
     for session in sorted({r.session for r in rounds}):
         mine = [r for r in rounds if r.session == session]
@@ -147,7 +150,7 @@ def per_pass_lines(rounds: Sequence[RoundResult], names: Sequence[str]) -> list[
         if not passes or idle is None:
             continue
         phases = phase_means(mine)
-        parts = [(n, phases[n]) for n in names if n in phases] + [("rest", idle[0])]
+        parts = [(n, phases[n]) for n in names if n in phases] + [(rest, idle[0])]
         whole = sum(v for _, v in parts)
         text = ", ".join(f"{n} {v / passes * 1000:.3f}" for n, v in parts)
         out.append(f"  per decode pass, boot {session} (ms): {text}; whole "
@@ -405,13 +408,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             names = sorted({k for r in rounds for k in phases_of(r)})
             print(f"\n{name} at {clients} clients")
             # a draft model with no draft phase timed (DFLASH): the rest holds its forward
-            rest = "untimed s" if name in untimed_drafts else "no forward s"
+            rest = "untimed" if name in untimed_drafts else "no forward"
             print("| boot | rounds | out tok/s | GPU busy % | steal | busiest on CPU | "
-                  f"other thread CPUs | client CPUs | {rest} | decode passes | "
+                  f"other thread CPUs | client CPUs | {rest} s | decode passes | "
                   + " | ".join(f"{n} s" for n in names) + " |")  # fmt: skip
             print("|" + "---:|" * (10 + len(names)))
             print("\n".join(boot_rows(rounds, names)))
-            print("\n".join(phase_lines(rounds, names) + per_pass_lines(rounds, names)))
+            print("\n".join(phase_lines(rounds, names) + per_pass_lines(rounds, names, rest)))
             for spread in (boot_spread(rounds, args.stored, args.nightly),
                            work_spread(rounds, args.stored, args.nightly),
                            step_spread(rounds, args.stored, args.nightly)):  # fmt: skip

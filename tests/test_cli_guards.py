@@ -114,6 +114,9 @@ def test_compare_judges_each_config_against_a_named_reference(
     old = _results(tmp_path / "old.json", old_doc)
     assert main(["compare", str(old), str(old), "--reference", "base"]) == 2
     assert "--reference base: it failed in" in capsys.readouterr().err
+    alone = _results(tmp_path / "alone.json", results_doc({"base": {"code": 100}}))
+    assert main(["compare", str(alone), str(alone), "--reference", "base"]) == 2
+    assert "has no config besides the reference base (base)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag, value", [("--alpha", "0.6"), ("--alpha", "0"),

@@ -107,3 +107,14 @@ def test_h200_boots_record_their_machine_and_the_night_names_it(tmp_path: Path) 
     # the Markdown report's load section lists it under the config
     report = markdown_section({**doc, "verdicts": [judged.to_dict()]})
     assert f"- `baseline`: {note}" in report
+
+
+def test_the_reports_speedup_chart_is_titled_over_the_curves_reference() -> None:
+    """Each config judged against its stored boots, `standalone-d16`'s curve over `baseline`:
+    the Markdown report's speedup chart is over `baseline`. `baseline`'s own verdict draws no
+    curve, and once made the title read "each reference"."""
+    from pytest_specdec.core.results import load_results
+    from pytest_specdec.report.load import markdown_section
+
+    text = "\n".join(markdown_section(load_results(RUN / "h200-load-store.json.gz")))
+    assert 'title "Speedup over baseline"' in text and "each reference" not in text

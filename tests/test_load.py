@@ -595,6 +595,7 @@ def test_a_speculative_reference_gives_a_comparison_curve_told_as_such() -> None
     lost = LoadJudgement(JUDGED, "", "x", crossover=tonight, baseline_crossover=stored)
     (line,) = lost.paying_lost()
     assert line.startswith("no longer faster than chain at 16 clients: 0.8")
+    assert "where the baseline was faster, 1.2" in line and "paid" not in line
     never = crossover_of("chain", [_level(1, 0.7), _level(8, 0.6)], "comparison")
     assert never is not None and never.text.startswith("is not faster at any level measured")
     plain = _config("plain", {c: _noisy(c, 90.0 * c**0.9) for c in (1, 4, 16)}, args=(),
@@ -602,6 +603,8 @@ def test_a_speculative_reference_gives_a_comparison_curve_told_as_such() -> None
     assert judge_load_reference(plain, chain, POLICY).crossover is None
     with pytest.raises(ValueError, match="crossover kind 'other'"):
         crossover_of("chain", [_level(1, 1.3)], "other")
+    with pytest.raises(ValueError, match="crossover kind 'other'"):
+        replace(found, kind="other")
 
 
 def test_a_level_stopped_early_is_judged_against_the_plain_sessions_beside_its_own() -> None:

@@ -89,6 +89,11 @@ def compare(args: argparse.Namespace) -> int:
     against = _against(args, old, before)
     wanted = (lambda n: n in before) if against is None else (lambda n: n != args.reference)
     both = [c for c in new["configs"] if c["name"] not in failed and wanted(c["name"])]
+    if not both and not failed and against is not None:
+        raise ResultsError(
+            f"{args.new} has no config besides the reference {args.reference} "
+            f"({', '.join(_names_of(new)) or 'none'}): nothing to judge against it"
+        )
     if not both and not failed:
         raise ResultsError(
             f"no config of {args.new} is in {args.old} "

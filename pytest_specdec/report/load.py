@@ -151,7 +151,8 @@ def draft_untimed(config: Mapping[str, Any], phases: Mapping[str, float]) -> boo
     timed phases then holds the draft's forward too. A config without a draft model (NGRAM)
     drafts on the host."""
     identity = config.get("config") or {}
-    return bool(identity.get("draft")) and not any("draft" in k for k in phases)
+    timed = bool(phases) and not any("draft" in k for k in phases)
+    return timed and bool(identity.get("draft"))
 
 
 def idle_text(idle: tuple[float, float] | None, untimed: bool) -> str:
@@ -302,8 +303,9 @@ def markdown_section(results: Mapping[str, Any]) -> list[str]:
     curves = {str(c["name"]): _curve(c, levels) for c in configs}
     out += ["", *mermaid_chart("Aggregate output tok/s", "tok/s", curves, levels)]
     speedups = {str(j["config"]): _speedups(j, levels) for j in verdicts}
-    over = sorted({curve_reference(j["load"]) for j in verdicts})
+    over = sorted({curve_reference(j["load"]) for j in verdicts if j["load"].get("crossover")})
     title = f"Speedup over {over[0]}" if len(over) == 1 else "Speedup over each reference"
+    title = title if over else "Speedup over the plain config"
     out += ["", *mermaid_chart(title, "x", speedups, levels)]
     return [*out, ""]
 

@@ -137,7 +137,8 @@ class KeyView:
     @property
     def night_count(self) -> int:
         """The key's nights: with a suite score, load levels, or both."""
-        return len({n.started_at for n in self.nights} | {n.started_at for n in self.load_nights})
+        return len({(n.started_at, n.run) for n in self.nights}
+                   | {(n.started_at, n.run) for n in self.load_nights})  # fmt: skip
 
     @property
     def last_night(self) -> str | None:

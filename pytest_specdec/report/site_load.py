@@ -295,10 +295,10 @@ def run_section(doc: Mapping[str, Any]) -> str:
         spec = speedup_spec(judgement["load"])
         if spec is None:
             continue
-        name, over = str(judgement.get("config")), esc(curve_reference(judgement["load"]))
+        name, over = str(judgement.get("config")), curve_reference(judgement["load"])
         out += [
-            f"<h3>Speedup of <code>{esc(name)}</code> over <code>{over}</code></h3>"
-            f'<p class="muted">Its throughput over {over}\'s at each level, with the '
+            f"<h3>Speedup of <code>{esc(name)}</code> over <code>{esc(over)}</code></h3>"
+            f'<p class="muted">Its throughput over {esc(over)}\'s at each level, with the '
             "level's 90% CI (triangles up: the CI above 1, down: below 1); log scales. Red: "
             "where the curve falls to 1, shaded: the band the levels' CIs give (a guide, not a "
             "simultaneous interval); dashed: the stored baselines' crossover.</p>",

@@ -88,6 +88,10 @@ class Crossover:
     high: tuple[str, float | None]  # where the CI upper bounds fall to 1
     kind: str = "speedup"
 
+    def __post_init__(self) -> None:
+        if self.kind not in WORDS:
+            raise ValueError(f"crossover kind {self.kind!r}: one of {', '.join(WORDS)}")
+
     @property
     def text(self) -> str:
         xs = [p.clients for p in self.points]
@@ -155,8 +159,6 @@ def crossover_of(
     """The crossover of the speedup curve that ``levels``' verdicts (ratio and CI against
     ``reference``: a plain config, or with ``kind`` "comparison" a speculative one) make; None
     without a level that could be judged."""
-    if kind not in WORDS:
-        raise ValueError(f"crossover kind {kind!r}: one of {', '.join(WORDS)}")
     points = sorted(
         (CurvePoint(lv.clients, lv.verdict.ratio, lv.verdict.ci_low, lv.verdict.ci_high,
                     lv.verdict.provisional)

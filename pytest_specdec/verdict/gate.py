@@ -102,7 +102,8 @@ def crossover_failures(
     judgements: Sequence[Judgement], fail_on: Sequence[str], provisional_gates: bool = True
 ) -> list[str]:
     """With ``crossover`` in ``fail_on``: the load levels where speculation no longer pays
-    (tonight's speedup CI below 1) where it paid in the stored baselines (CI above 1); a
+    (tonight's speedup CI below 1) where it paid in the stored baselines (CI above 1), or over
+    a speculative reference where the config is no longer the faster; a
     level whose curve point is provisional only with ``provisional_gates``."""
     if "crossover" not in [f.lower() for f in fail_on]:
         return []

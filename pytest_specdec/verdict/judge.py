@@ -368,7 +368,9 @@ def _load_against_baseline(
     plain = plain_config(results, config)
     if plain is not None:
         plain, cut = alongside(plain, config)
-        load.crossover = crossover_of(plain["name"], speedup_levels(config, plain, policy))
+        load.crossover = crossover_of(
+            plain["name"], speedup_levels(config, plain, policy), curve_kind(plain)
+        )
         if cut and load.crossover is not None:
             load.notes.append(f"speedup curve {cut}")
         if load.crossover is not None:

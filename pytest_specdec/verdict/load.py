@@ -139,7 +139,8 @@ class LoadJudgement:
 
     def paying_lost(self, provisional: bool | None = None) -> list[str]:
         """Levels where the stored baselines' curve paid (its CI above 1) and tonight's curve
-        loses (its CI below 1): speculation no longer pays there. ``provisional``: only the
+        loses (its CI below 1): speculation no longer pays there (over a speculative reference:
+        the config is no longer the faster). ``provisional``: only the
         levels where either curve's point is provisional (True) or neither is (False)."""
         if self.crossover is None or self.baseline_crossover is None:
             return []
@@ -147,14 +148,15 @@ class LoadJudgement:
         lost = [(p, before[p.clients]) for p in self.crossover.points
                 if p.state == "loses" and p.clients in before
                 and before[p.clients].state == "pays"]  # fmt: skip
-        lost_what = (
-            f"no longer faster than {self.crossover.reference}"
-            if self.crossover.kind == "comparison" else "speculation no longer pays"
+        comparison = self.crossover.kind == "comparison"
+        lost_what, was = (
+            (f"no longer faster than {self.crossover.reference}", "was faster,")
+            if comparison else ("speculation no longer pays", "paid")
         )  # fmt: skip
         return [
             f"{lost_what} at {p.clients} clients: {p.ratio:.3f}x "
             f"[{p.ci_low:.3f}, {p.ci_high:.3f}] of {self.crossover.reference} tonight, where the "
-            f"baseline paid {b.ratio:.3f}x [{b.ci_low:.3f}, {b.ci_high:.3f}]"
+            f"baseline {was} {b.ratio:.3f}x [{b.ci_low:.3f}, {b.ci_high:.3f}]"
             + (" (provisional: one session a side)" if p.provisional or b.provisional else "")
             for p, b in lost
             if provisional is None or (p.provisional or b.provisional) == provisional
