@@ -31,7 +31,8 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a plain checkout
 
-from pytest_specdec.verdict.history import HistoryPolicy, Night, detect, drift
+from pytest_specdec.verdict.history import HistoryPolicy, detect, drift
+from pytest_specdec.verdict.nights import Night
 from pytest_specdec.verdict.planning import SequentialPlan, sequential_plan
 from pytest_specdec.verdict.stats import (
     SessionSummary,

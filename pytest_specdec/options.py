@@ -302,9 +302,8 @@ PYTEST_OPTIONS: list[tuple[str, dict[str, Any]]] = [
             "unchanged (each covers every verdict: output tok/s, accept length and the load "
             "levels; prefix tok-, accept- or load- for one, e.g. accept-regressed), drift (a "
             "drop that tonight reveals in the nightly history: a change point, see "
-            "docs/history.md), crossover (speculation no longer pays at a load level where it "
-            "paid in the baseline; against a speculative --specdec-reference: the config is no "
-            "longer the faster where it was) (default: regressed)",
+            "docs/history.md), crossover (speculation no longer pays at a level where it paid "
+            "in the baseline; over a speculative reference: no longer faster) (default: regressed)",
         ),
     ),
     (

@@ -219,7 +219,8 @@ def test_sampling_is_part_of_the_key_and_greedy_keys_stay_as_they_were() -> None
 def test_history_finds_a_change_point_in_accept_length_alone() -> None:
     """30 nights at temperature 0.8: accept length 2.50 with 0.5% noise, then 2.40 from night
     20 on, while tok/s stays level: a change point in accept length, none in tok/s."""
-    from pytest_specdec.verdict.history import ACCEPT, Night, change_points
+    from pytest_specdec.verdict.history import ACCEPT, change_points
+    from pytest_specdec.verdict.nights import Night
 
     rng = random.Random(4)
     series = [

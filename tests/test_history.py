@@ -18,15 +18,14 @@ from pytest_specdec.core.results import atomic_write_json
 from pytest_specdec.verdict.baselines import load_baseline
 from pytest_specdec.verdict.history import (
     HistoryPolicy,
-    Night,
     change_points,
     detect,
     drift,
     drift_for,
     load_series,
-    nights,
     noise_sd,
 )
+from pytest_specdec.verdict.nights import Night, nights
 from pytest_specdec.verdict.sessions import update_baseline
 
 PROMPTS = ("code", "prose")

@@ -246,23 +246,8 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any) -> None:
-    """Register the subcommands on the ``specdec`` argument parser."""
-    base = sub.add_parser("baseline", help="update or show stored baselines").add_subparsers(
-        dest="action", required=True
-    )
-    upd = base.add_parser("update", help="append a results file's sessions to the baselines")
-    upd.add_argument("results", type=Path)
-    upd.add_argument("--allow-mismatch", action="store_true")
-    upd.add_argument("--score", choices=SCORES, default=None,
-                     help="store each run's e2e or decode tok/s (default: what the results "
-                     "file was judged on); the score is part of the baseline key")  # fmt: skip
-    upd.set_defaults(func=baseline_update)
-    show = base.add_parser("show", help="list baseline files and their history")
-    show.set_defaults(func=baseline_show)
-    for p in (upd, show):
-        p.add_argument("--baseline-dir", type=Path, default=Path("baselines"))
-
+def add_compare(sub: Any) -> None:
+    """``specdec compare`` and its options."""
     cmp = sub.add_parser("compare", help="judge NEW.json against OLD.json (same verdict engine)")
     cmp.add_argument("old", type=Path)
     cmp.add_argument("new", type=Path)
@@ -290,6 +275,26 @@ def add_commands(sub: Any) -> None:
                      "namesake (OLD and NEW may be one file: an A/B within a run, each load "
                      "level's speedup and the crossover too)")  # fmt: skip
     cmp.set_defaults(func=compare)
+
+
+def add_commands(sub: Any) -> None:
+    """Register the subcommands on the ``specdec`` argument parser."""
+    base = sub.add_parser("baseline", help="update or show stored baselines").add_subparsers(
+        dest="action", required=True
+    )
+    upd = base.add_parser("update", help="append a results file's sessions to the baselines")
+    upd.add_argument("results", type=Path)
+    upd.add_argument("--allow-mismatch", action="store_true")
+    upd.add_argument("--score", choices=SCORES, default=None,
+                     help="store each run's e2e or decode tok/s (default: what the results "
+                     "file was judged on); the score is part of the baseline key")  # fmt: skip
+    upd.set_defaults(func=baseline_update)
+    show = base.add_parser("show", help="list baseline files and their history")
+    show.set_defaults(func=baseline_show)
+    for p in (upd, show):
+        p.add_argument("--baseline-dir", type=Path, default=Path("baselines"))
+
+    add_compare(sub)
 
     rep = sub.add_parser("report", help="Markdown, charts, pytest-benchmark JSON, merge")
     rep.add_argument(

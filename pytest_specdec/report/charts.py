@@ -28,7 +28,8 @@ from pytest_specdec.report.export import hardware_label, prompt_names, records
 from pytest_specdec.report.markdown import excluded
 from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
 from pytest_specdec.verdict.baselines import Baseline, BaselineError, load_baseline
-from pytest_specdec.verdict.history import HistoryUnavailable, change_points, nights
+from pytest_specdec.verdict.history import HistoryUnavailable, change_points
+from pytest_specdec.verdict.nights import nights
 
 PLOT_EXTRA = "pip install 'pytest-specdec[plot]'"
 DPI = 150

@@ -38,12 +38,10 @@ from pytest_specdec.verdict.baselines import (
 from pytest_specdec.verdict.history import (
     ChangePoint,
     HistoryPolicy,
-    by_night,
     change_points,
     joined,
-    night_key,
-    nights,
 )
+from pytest_specdec.verdict.nights import by_night, night_key, nights
 
 
 class SiteError(ValueError):
