@@ -29,7 +29,7 @@ from pytest_specdec.report.markdown import excluded
 from pytest_specdec.report.summary import CellSummary, config_cells, suite_geomean
 from pytest_specdec.verdict.baselines import Baseline, BaselineError, load_baseline
 from pytest_specdec.verdict.history import HistoryUnavailable, change_points
-from pytest_specdec.verdict.nights import nights
+from pytest_specdec.verdict.nights import night_start, nights
 
 PLOT_EXTRA = "pip install 'pytest-specdec[plot]'"
 DPI = 150
@@ -200,7 +200,7 @@ SessionPoint = tuple[datetime, float, float, float]
 
 def _session_point(session: Mapping[str, Any]) -> SessionPoint | None:
     """(time, geometric mean, 95% CI low, high) of a session's suite score; None without one."""
-    suite, when = session.get("suite"), session.get("started_at") or session.get("added_at")
+    suite, when = session.get("suite"), night_start(session)
     if not suite or not when:
         return None
     n, mean, sd = int(suite["n"]), float(suite["mean_log"]), float(suite["sd_log"])

@@ -41,7 +41,7 @@ from pytest_specdec.verdict.history import (
     change_points,
     joined,
 )
-from pytest_specdec.verdict.nights import by_night, night_key, nights
+from pytest_specdec.verdict.nights import by_night, has_suite, night_start, nights
 
 
 class SiteError(ValueError):
@@ -238,14 +238,12 @@ def load_night_views(
     sessions: Sequence[Mapping[str, Any]], run_of: Mapping[str, str]
 ) -> list[LoadNight]:
     """The nights of one key's load levels, oldest first, from the sessions that have them."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for session in sessions:
-        if isinstance(session.get("levels"), Mapping) and session["levels"]:
-            groups.setdefault(night_key(session), []).append(session)
+    groups = by_night(sessions, keep=lambda s: isinstance(s.get("levels"), Mapping)
+                      and bool(s["levels"]))  # fmt: skip
     out = []
     for key in sorted(groups):
         group = groups[key]
-        when = str(group[0].get("started_at") or group[0].get("added_at") or "")
+        when = night_start(group[0])
         counts = sorted({int(c) for s in group for c in s["levels"]})
         levels = {
             c: cell
@@ -376,8 +374,7 @@ def _resets(
     """Where the stored baseline history starts after nights known only from results files
     (the baseline file was deleted or started over)."""
     first = min(
-        (str(s.get("started_at") or s.get("added_at") or "") for s in sessions
-         if str(s.get("id")) in stored and (s.get("suite") or {}).get("mean_log") is not None),
+        (night_start(s) for s in sessions if str(s.get("id")) in stored and has_suite(s)),
         default=None,
     )  # fmt: skip
     if first is None:

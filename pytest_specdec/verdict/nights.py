@@ -8,7 +8,7 @@ suite scores (ln tok/s), its mean accept length, its engine version and commit. 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,23 +35,34 @@ def _session_accept(session: Mapping[str, Any]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def night_start(session: Mapping[str, Any]) -> str:
+    """When a stored session's run started (``started_at``; ``added_at`` for an entry stored
+    without one)."""
+    return str(session.get("started_at") or session.get("added_at") or "")
+
+
 def night_key(session: Mapping[str, Any]) -> str:
-    """The run a stored session belongs to: its start (``started_at``), and its host where it
-    names one, so that two runners' jobs started in the same second are two nights. ISO 8601
-    times in UTC first: the keys sort as the nights ran."""
-    when = str(session.get("started_at") or session.get("added_at") or "")
+    """The run a stored session belongs to: its start, and its host where it names one, so
+    that two runners' jobs started in the same second are two nights. ISO 8601 times in UTC
+    first: the keys sort as the nights ran."""
     host = session.get("host")
-    return f"{when} on {host}" if host else when
+    return f"{night_start(session)} on {host}" if host else night_start(session)
 
 
-def by_night(sessions: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Baseline session entries grouped by run (:func:`night_key`); sessions without a suite
-    score are left out."""
+def has_suite(session: Mapping[str, Any]) -> bool:
+    """Whether a stored session has a suite score (the load levels alone may have run)."""
+    return (session.get("suite") or {}).get("mean_log") is not None
+
+
+def by_night(
+    sessions: Iterable[Mapping[str, Any]], keep: Callable[[Mapping[str, Any]], bool] = has_suite
+) -> dict[str, list[Mapping[str, Any]]]:
+    """Baseline session entries grouped by run (:func:`night_key`), those ``keep`` takes (by
+    default those with a suite score)."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for session in sessions:
-        if (session.get("suite") or {}).get("mean_log") is None:
-            continue
-        groups.setdefault(night_key(session), []).append(session)
+        if keep(session):
+            groups.setdefault(night_key(session), []).append(session)
     return groups
 
 
@@ -62,10 +73,9 @@ def nights(sessions: Iterable[Mapping[str, Any]]) -> list[Night]:
     for key in sorted(groups):
         group = groups[key]
         accepts = [a for s in group if (a := _session_accept(s)) is not None]
-        when = str(group[0].get("started_at") or group[0].get("added_at") or "")
         out.append(
             Night(
-                started_at=when,
+                started_at=night_start(group[0]),
                 key=key,
                 mean_log=statistics.fmean(float(s["suite"]["mean_log"]) for s in group),
                 sessions=len(group),
