@@ -66,11 +66,14 @@ def first_fall(
 
 
 # How a curve's text names its states: over plain decoding speculation pays or loses; over
-# another speculative config (a tree against a chain) a config is faster or slower.
+# another speculative config (a tree against a chain) a config is faster or slower. ``lost``
+# and ``was``: a level that paid in the stored curve and loses tonight ({ref}: the reference).
 WORDS = {
-    "speedup": {"stops": "stops paying", "pays": "pays", "loses": "loses", "none": "does not pay"},
+    "speedup": {"stops": "stops paying", "pays": "pays", "loses": "loses", "none": "does not pay",
+                "lost": "speculation no longer pays", "was": "paid"},
     "comparison": {"stops": "stops being faster", "pays": "faster", "loses": "slower",
-                   "none": "is not faster"},
+                   "none": "is not faster", "lost": "no longer faster than {ref}",
+                   "was": "was faster,"},
 }  # fmt: skip
 
 

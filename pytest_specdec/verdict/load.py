@@ -35,7 +35,7 @@ from pytest_specdec.verdict.compare import (
     history_verdict,
     session_verdict,
 )
-from pytest_specdec.verdict.crossover import Crossover, crossover_of
+from pytest_specdec.verdict.crossover import WORDS, Crossover, crossover_of
 from pytest_specdec.verdict.sessions import level_accept, level_sessions, round_errors
 from pytest_specdec.verdict.stats import Verdict, VerdictPolicy, adjust_verdicts
 from pytest_specdec.verdict.work import (
@@ -148,15 +148,12 @@ class LoadJudgement:
         lost = [(p, before[p.clients]) for p in self.crossover.points
                 if p.state == "loses" and p.clients in before
                 and before[p.clients].state == "pays"]  # fmt: skip
-        comparison = self.crossover.kind == "comparison"
-        lost_what, was = (
-            (f"no longer faster than {self.crossover.reference}", "was faster,")
-            if comparison else ("speculation no longer pays", "paid")
-        )  # fmt: skip
+        words = WORDS[self.crossover.kind]
+        lost_what = words["lost"].format(ref=self.crossover.reference)
         return [
             f"{lost_what} at {p.clients} clients: {p.ratio:.3f}x "
             f"[{p.ci_low:.3f}, {p.ci_high:.3f}] of {self.crossover.reference} tonight, where the "
-            f"baseline {was} {b.ratio:.3f}x [{b.ci_low:.3f}, {b.ci_high:.3f}]"
+            f"baseline {words['was']} {b.ratio:.3f}x [{b.ci_low:.3f}, {b.ci_high:.3f}]"
             + (" (provisional: one session a side)" if p.provisional or b.provisional else "")
             for p, b in lost
             if provisional is None or (p.provisional or b.provisional) == provisional
