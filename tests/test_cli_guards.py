@@ -119,6 +119,26 @@ def test_compare_judges_each_config_against_a_named_reference(
     assert "has no config besides the reference base (base)" in capsys.readouterr().err
 
 
+def test_compare_against_a_reference_from_another_setup_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--reference`` across two files: the reference from a run of another output length
+    (or machine) is noted, since the ratio then mixes the setup into the speedup; the config's
+    own differences from the reference (name, flags) are not."""
+    doc = results_doc({"base": {"code": 100}, "spec": {"code": 130}})
+    old = _results(tmp_path / "old.json", doc)
+    same = _results(tmp_path / "same.json", copy.deepcopy(doc))
+    assert main(["compare", str(old), str(same), "--reference", "base"]) == 0
+    assert "different setups" not in capsys.readouterr().out
+    longer = copy.deepcopy(doc)
+    longer["options"]["max_tokens"] = 7
+    main(["compare", str(old), str(_results(tmp_path / "new.json", longer)), "--reference", "base"])
+    out = capsys.readouterr().out
+    assert "spec: note: OLD and NEW ran different setups (max_tokens:" in out
+    assert "compares base on one setup with this config on another" in out
+    assert "config:" not in out
+
+
 @pytest.mark.parametrize("flag, value", [("--alpha", "0.6"), ("--alpha", "0"),
                                          ("--min-delta", "2"), ("--min-delta", "-1")])  # fmt: skip
 def test_compare_policy_values_out_of_range_are_usage_errors(

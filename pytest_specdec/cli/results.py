@@ -105,7 +105,7 @@ def compare(args: argparse.Namespace) -> int:
     now = {c["name"]: c for c in both}
     for j in judged:
         print(f"{j.config}: {j.message}")
-        differ = [] if against else _setups_differ(old, before[j.config], new, now[j.config])
+        differ = _setups_differ(old, against or before[j.config], new, now[j.config], against)
         for note in [*j.notes, *differ]:
             print(f"{j.config}: note: {note}")
         for line in accept_summary_lines(j.config, j.acceptance):
@@ -152,18 +152,33 @@ def _names_of(doc: Mapping[str, Any]) -> list[str]:
     return [str(c["name"]) for c in doc["configs"]]
 
 
+# What a config and the reference it is judged against share by design: with --reference,
+# only these are compared (the config's own name, flags, drafter and engine args differ).
+_SHARED_WITH_REFERENCE = ("hardware", "model", "max_tokens", "sampling", "protocol")
+
+
 def _setups_differ(
     old: Mapping[str, Any], before: Mapping[str, Any], new: Mapping[str, Any],
-    now: Mapping[str, Any],
+    now: Mapping[str, Any], reference: Mapping[str, Any] | None,
 ) -> list[str]:  # fmt: skip
     """A note where NEW's config ``now`` ran another setup than OLD's ``before`` (engine,
     model, hardware, flags, output length): the verdict then compares two setups, not one
-    over time."""
-    diff = key_mismatch(key_for(old, before), key_for(new, now))
+    over time. Against a ``reference`` the two differ by design, so only what they should
+    share is compared (hardware, target model, output length, sampling, request protocol):
+    a reference from another machine or run settings would otherwise read as the config's
+    own speedup."""
+    was, is_ = key_for(old, before), key_for(new, now)
+    if reference is None:
+        diff = key_mismatch(was, is_)
+        what = "the two setups, not one setup over time"
+    else:
+        diff = key_mismatch({f: was.get(f) for f in _SHARED_WITH_REFERENCE},
+                            {f: is_.get(f) for f in _SHARED_WITH_REFERENCE})  # fmt: skip
+        what = f"{before['name']} on one setup with this config on another, not the two alone"
     if not diff:
         return []
     return [f"OLD and NEW ran different setups ({'; '.join(diff)}): this verdict compares "
-            "the two setups, not one setup over time"]  # fmt: skip
+            f"{what}"]  # fmt: skip
 
 
 def report_merge(args: argparse.Namespace) -> int:
