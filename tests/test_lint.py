@@ -306,6 +306,18 @@ def test_the_prefill_fix_is_told_in_the_installed_sglangs_own_flags(
     assert finding.problem.endswith(ending)
 
 
+def test_the_default_prefill_sizes_are_named_by_the_installed_sglangs_flag() -> None:
+    """With no sizes given, the reason names the build's own sizes flag: on the fork,
+    --piecewise-cuda-graph-tokens (default 4, 8, 12, ... as 0.5.17's), not 0.5.17's flag."""
+    (finding,) = load_prefill_advice([1, 16], ["--cuda-graph-max-bs", "64"], flags=FORK_GRAPH_FLAGS)
+    assert finding.flag == "--piecewise-cuda-graph-tokens"
+    assert "no --piecewise-cuda-graph-tokens is given, and this SGLang's default" in finding.problem
+    assert "--cuda-graph-bs-prefill is given" not in finding.problem
+    (release,) = load_prefill_advice([1, 16], ["--cuda-graph-max-bs", "64"])
+    assert release.flag == "--cuda-graph-bs-prefill"
+    assert "no --cuda-graph-bs-prefill is given, and SGLang 0.5.17's default" in release.problem
+
+
 def test_a_load_run_plan_carries_the_prefill_warning(sglang_python: str, tmp_path: Path) -> None:
     """The warning reaches a run through the plan's lint (shown with the run's notes), only
     where the run has load levels above one client: the settings are the same either way."""

@@ -127,6 +127,12 @@ PREFILL_OFF_SWITCHES = ("--disable-prefill-cuda-graph", "--disable-cuda-graph")
 PREFILL_SIZES_FLAG = "--cuda-graph-bs-prefill"
 PREFILL_SIZE_FLAGS = (PREFILL_SIZES_FLAG, "--piecewise-cuda-graph-tokens")
 GRAPH_CONFIG_FLAG = "--cuda-graph-config"
+# The prefill graph sizes and their largest size as an SGLang build names them: 0.5.17's, then
+# those of builds whose prefill graphs are their piecewise graphs (the DDTree fork of June 2026).
+PREFILL_SIZE_NAMES = (
+    (PREFILL_SIZES_FLAG, "--cuda-graph-max-bs-prefill"),
+    ("--piecewise-cuda-graph-tokens", "--piecewise-cuda-graph-max-tokens"),
+)
 
 
 def _last(argv: Sequence[str], flags: Iterable[str]) -> tuple[str, list[str]] | None:
@@ -179,11 +185,13 @@ def prefill_graphs_off(argv: Sequence[str]) -> str | None:
     return source if backend == "disabled" else None
 
 
-def eager_one_token_prefill(argv: Sequence[str]) -> str | None:
+def eager_one_token_prefill(argv: Sequence[str], flags: Iterable[str] | None = None) -> str | None:
     """Why SGLang 0.5.17 runs a one-token prefill outside CUDA graphs under ``argv``, or None
     where it has a graph. Prefill graphs are on by default, at sizes 4, 8, 12, ... new tokens,
     and a graph is replayed only where the new tokens pad to a captured size at most twice as
-    large: a one-token prefill has one only where the sizes include 1."""
+    large: a one-token prefill has one only where the sizes include 1. ``flags``: the installed
+    SGLang's, where known, so that the default sizes are named by its own flag (the DDTree
+    fork's piecewise sizes default to the same 4, 8, 12, ...)."""
     config = _graph_config_prefill(argv)
     off = prefill_graphs_off(argv)
     if off is not None:
@@ -194,29 +202,30 @@ def eager_one_token_prefill(argv: Sequence[str]) -> str | None:
     elif (given := _last(argv, PREFILL_SIZE_FLAGS)) is not None:
         sizes, named = given[1], f"{given[0]} {' '.join(given[1])}"
     else:
+        names = _size_names(flags)
+        sizes_flag = names[0][0] if names else PREFILL_SIZES_FLAG
+        whose = "SGLang 0.5.17's" if sizes_flag == PREFILL_SIZES_FLAG else "this SGLang's"
         return (
-            f"no {PREFILL_SIZES_FLAG} is given, and SGLang 0.5.17's default prefill graph sizes "
-            "(4, 8, 12, ...) leave a one-token prefill eager (a graph is replayed only where the "
-            "new tokens pad to a captured size at most twice as large)"
+            f"no {sizes_flag} is given, and {whose} default prefill graph sizes (4, 8, 12, ...) "
+            "leave a one-token prefill eager (a graph is replayed only where the new tokens pad "
+            "to a captured size at most twice as large)"
         )
     if "1" in sizes:
         return None
     return f"{named} has no size 1, so a one-token prefill runs eagerly"
 
 
-# The prefill graph sizes and their largest size as an SGLang build names them: 0.5.17's, then
-# those of builds whose prefill graphs are their piecewise graphs (the DDTree fork of June 2026).
-PREFILL_SIZE_NAMES = (
-    (PREFILL_SIZES_FLAG, "--cuda-graph-max-bs-prefill"),
-    ("--piecewise-cuda-graph-tokens", "--piecewise-cuda-graph-max-tokens"),
-)
+def _size_names(flags: Iterable[str] | None) -> list[tuple[str, str]]:
+    """The prefill graph size flags (sizes, largest) that the SGLang whose parser knows
+    ``flags`` takes, 0.5.17's first (all of them where None)."""
+    known = None if flags is None else set(flags)
+    return [n for n in PREFILL_SIZE_NAMES if known is None or n[0] in known]
 
 
 def prefill_fix(argv: Sequence[str], flags: Iterable[str] | None = None) -> str:
     """How to give every prefill up to N new tokens a CUDA graph, in the flags of the SGLang
     whose parser knows ``flags`` (0.5.17's where None)."""
-    known = None if flags is None else set(flags)
-    names = [n for n in PREFILL_SIZE_NAMES if known is None or n[0] in known]
+    names = _size_names(flags)
     off = prefill_graphs_off(argv)
     drop = f"drop {off} and " if off else ""
     if not names:
@@ -255,12 +264,14 @@ def load_prefill_advice(
     the fix names its own flags."""
     if max(levels, default=0) <= 1:
         return []
-    reason = eager_one_token_prefill(argv)
+    flags = None if flags is None else set(flags)
+    reason = eager_one_token_prefill(argv, flags)
     if reason is None:
         return []
+    names = _size_names(flags)
     return [
         Finding(
-            PREFILL_SIZES_FLAG,
+            names[0][0] if names else PREFILL_SIZES_FLAG,
             f"concurrency {list(levels)} with {where}: {reason}. Under load every arriving "
             "request's prefill then runs eagerly, and its time moves between boots (its time "
             "per round moved 2.8-fold between boots on an H200: suites/specdec-gpu-load.toml; "
