@@ -276,7 +276,7 @@ def measure_overhead(loop: LoopThread, url: str, concurrency: int, plan: Plan) -
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="~20 s: 1 s windows, no peer")
+    parser.add_argument("--quick", action="store_true", help="~10 s: 1 s windows, no peer")
     parser.add_argument("--no-peer", action="store_true", help="skip the peer driver")
     parser.add_argument(
         "--peer-venv",
