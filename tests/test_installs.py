@@ -58,23 +58,6 @@ def test_setup_and_ci_install_with_the_lock() -> None:
     assert "./scripts/setup" in ci
 
 
-def test_the_lock_script_takes_only_its_own_arguments() -> None:
-    """``./scripts/lock --help`` used to resolve and rewrite constraints.txt like a bare run;
-    it prints the usage now, and an unknown argument is a named error, both before anything
-    is resolved."""
-    import subprocess
-
-    before = (REPO / "constraints.txt").read_bytes()
-    shown = subprocess.run([REPO / "scripts" / "lock", "--help"], capture_output=True, text=True,
-                           timeout=30, check=False)  # fmt: skip
-    assert shown.returncode == 0 and "./scripts/lock --check" in shown.stdout
-    bad = subprocess.run([REPO / "scripts" / "lock", "--chek"], capture_output=True, text=True,
-                         timeout=30, check=False)  # fmt: skip
-    assert bad.returncode == 2 and "unknown argument '--chek'" in bad.stderr
-    assert "resolving" not in shown.stderr + bad.stderr
-    assert (REPO / "constraints.txt").read_bytes() == before
-
-
 def test_the_oldest_install_is_pyprojects_lower_bounds() -> None:
     low = dict(line.split("==") for line in lowest(REPO / "pyproject.toml", ["dev"]))
     assert low["pytest"] == "8.3" and low["pytest-xdist"] == "3.3"
