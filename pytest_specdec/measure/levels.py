@@ -299,6 +299,17 @@ def phase_means(rounds: Sequence[RoundResult]) -> dict[str, float]:
     return {k: sum(float(t.get(k, 0.0)) for t in timed) / len(timed) for k in keys}
 
 
+def client_cpu_s(rounds: Sequence[RoundResult]) -> float | None:
+    """The load client's CPU seconds per measured round (its threads' run time over the round,
+    ``engine.host.client``), None where not read. A round's requests and streamed tokens are
+    the same in every run of a config at a level, so a change in these seconds between runs is
+    the host's pace (its clock, or what shares its cores), not work the engine did."""
+    spent = [float(c["cpus"]) * r.wall_s for r in rounds
+             if r.ok and not r.warmup and (c := (r.engine.get("host") or {}).get("client"))
+             and c.get("cpus") is not None]  # fmt: skip
+    return sum(spent) / len(spent) if spent else None
+
+
 def decode_passes(r: RoundResult) -> float | None:
     """The engine's decode passes in a round (SGLang's counter, ``engine.passes``: a verify
     step each when speculating), None where not counted."""

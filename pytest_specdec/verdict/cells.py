@@ -59,4 +59,10 @@ def levels_problem(levels: Any, where: str) -> str | None:
                 f"{where}.levels.{name}.phase_s must map each forward phase to its GPU seconds "
                 f"per round (finite numbers >= 0), got {phases!r}; fix or remove it"
             )
+        client = cell.get("client_cpu_s")
+        if client is not None and not (_finite(client) and client > 0):
+            return (
+                f"{where}.levels.{name}.client_cpu_s must be the load client's CPU seconds per "
+                f"round (a finite number > 0), got {client!r}; fix or remove it"
+            )
     return None

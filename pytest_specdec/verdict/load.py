@@ -27,7 +27,7 @@ from functools import partial
 from typing import Any
 
 from pytest_specdec.core.configs import is_speculative
-from pytest_specdec.measure.levels import levels_of, phase_means, rounds_of
+from pytest_specdec.measure.levels import client_cpu_s, levels_of, phase_means, rounds_of
 from pytest_specdec.verdict.baselines import Baseline
 from pytest_specdec.verdict.compare import (
     attribute,
@@ -40,6 +40,8 @@ from pytest_specdec.verdict.sessions import level_accept, level_sessions, round_
 from pytest_specdec.verdict.stats import Verdict, VerdictPolicy, adjust_verdicts
 from pytest_specdec.verdict.work import (
     host_or_kernel,
+    pace_change,
+    pace_text,
     phase_changes,
     phase_text,
     work_verdict,
@@ -68,6 +70,9 @@ class LevelJudgement:
     # The GPU's own work per round judged on its own, as a rate (rounds per GPU-second of every
     # phase but the host-paced ones): below 1 the kernels took longer. None: not timed.
     work: Verdict | None = None
+    # The load client's CPU seconds per round, tonight's against the stored (new, reference,
+    # ratio): the host's pace. None: not read on either side.
+    pace: dict[str, float] | None = None
 
     def explain(self) -> LevelJudgement:
         if self.verdict is not None:
@@ -81,6 +86,8 @@ class LevelJudgement:
                 tail += f"; GPU time per round by phase: {phase_text(self.phases)}"
             if self.work is not None:
                 tail += f"; the GPU's own work: {work_text(self.work)}"
+            if self.pace is not None:
+                tail += f"; {pace_text(self.pace)}"
             who = f"{self.clients} client{'s' * (self.clients != 1)}"
             self.message = f"{who}: {self.verdict.explanation}{tail}"
         return self
@@ -96,6 +103,7 @@ class LevelJudgement:
             "cause_text": self.cause_text,
             "phases": self.phases,
             "work": self.work.to_dict() if self.work else None,
+            "pace": self.pace,
         }
 
 
@@ -228,6 +236,8 @@ def judge_load_history(
             clients, verdict, "", accept, phases=phases,
             round_wall_s=statistics.fmean(walls) if walls else None,
             work=work_verdict(rounds, cells, policy),
+            pace=pace_change(client_cpu_s(rounds),
+                             [float(c["client_cpu_s"]) for c in cells if c.get("client_cpu_s")]),
         ).explain()  # fmt: skip
     held = {int(c) for s in baseline.sessions for c in (s.get("levels") or {})}
     unmeasured = sorted(held - set(levels_of(config)))

@@ -13,7 +13,13 @@ from typing import Any
 
 from pytest_specdec.core.results import position_rates_of
 from pytest_specdec.core.values import SCORES
-from pytest_specdec.measure.levels import PROTOCOL, levels_of, phase_means, rounds_of
+from pytest_specdec.measure.levels import (
+    PROTOCOL,
+    client_cpu_s,
+    levels_of,
+    phase_means,
+    rounds_of,
+)
 from pytest_specdec.verdict.baselines import (
     BaselineError,
     append_session,
@@ -292,6 +298,9 @@ def level_cells(config: Mapping[str, Any], session: int) -> dict[str, dict[str, 
         phases = phase_means(rounds)
         if phases:  # the GPU seconds per round by phase, where the engine timed them
             cells[str(clients)]["phase_s"] = phases
+        client = client_cpu_s(rounds)
+        if client:  # the load client's CPU seconds per round: the host's pace
+            cells[str(clients)]["client_cpu_s"] = client
     return cells
 
 

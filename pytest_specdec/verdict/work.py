@@ -128,6 +128,36 @@ def work_verdict(
     return replace(marked, explanation=explain_verdict(marked))
 
 
+# Beyond this change in the load client's CPU seconds for the same requests, the host ran at
+# another pace than in the stored sessions (on an H200 the same requests cost the client 2.1 to
+# 3.6 s a round at 64 clients over one session's boots, and throughput followed: r = -0.97).
+PACE_CHANGE = 0.10
+
+
+def pace_change(new: float | None, stored: Sequence[float]) -> dict[str, float] | None:
+    """Tonight's load-client CPU seconds per round against the stored sessions' mean (None
+    without both): ``new``, ``reference`` and ``ratio``."""
+    if not new or not stored:
+        return None
+    ref = statistics.fmean(stored)
+    return {"new": new, "reference": ref, "ratio": new / ref} if ref > 0 else None
+
+
+def pace_text(pace: Mapping[str, float]) -> str:
+    """``the host's pace: the load client spent 0.62x the stored rounds' CPU time on the same
+    requests (2.09 against 3.36 s a round): a faster host``."""
+    ratio = pace["ratio"]
+    if ratio < 1 - PACE_CHANGE:
+        word = ": a faster host, whose pace also speeds the engine's host side"
+    elif ratio > 1 + PACE_CHANGE:
+        word = ": a slower host, whose pace also slows the engine's host side"
+    else:
+        word = ""
+    return (f"the host's pace: the load client spent {ratio:.2f}x the stored rounds' CPU time "
+            f"on the same requests ({pace['new']:.2f} against {pace['reference']:.2f} s a "
+            f"round){word}")  # fmt: skip
+
+
 def phase_text(phases: Mapping[str, Mapping[str, float]]) -> str:
     """``extend +139.7% (0.474 -> 1.136 s), target_verify +0.0% (...)``: the phase whose
     seconds moved most first, so the phase where the time went leads (a short phase that
