@@ -97,6 +97,8 @@ def test_levels_are_stored_per_level_then_each_judged_on_a_rerun(
     (session,) = json.loads(baseline.read_text())["sessions"]
     assert session["suite"] is None and set(session["levels"]) == {"1", "2", "4"}
     assert session["levels"]["4"]["n"] == 2 and session["levels"]["4"]["accept_length"] > 1
+    # the host's pace: the load client's CPU seconds per measured round, kept with each level
+    assert all(session["levels"][c]["client_cpu_s"] > 0 for c in ("1", "2", "4"))
 
     # The rerun: every level judged against its stored cell (one stored session: provisional);
     # the speedup curve against np2 tonight and in the stored baselines. Its exit status rests
@@ -121,6 +123,11 @@ def test_levels_are_stored_per_level_then_each_judged_on_a_rerun(
             assert verdict["outcome"] in ("REGRESSED", "IMPROVED", "UNCHANGED", "INCONCLUSIVE")
             assert verdict["provisional"] and verdict["p_adjusted"] is not None
             assert verdict["ci_low"] <= verdict["ratio"] <= verdict["ci_high"]
+            # tonight's client CPU seconds a round set beside the stored level's, in its text
+            pace = lv["pace"]
+            assert pace["new"] > 0 and pace["reference"] > 0
+            assert pace["ratio"] == pytest.approx(pace["new"] / pace["reference"])
+            assert f"the host's pace: the load client spent {pace['ratio']:.2f}x" in lv["message"]
     accept = verdicts["draft-np2"]["load"]["levels"]["4"]["accept"]
     assert accept["new"] == pytest.approx(accept["reference"])  # greedy: the same steps
     assert verdicts["draft-np2"]["load"]["crossover"]["reference"] == "np2"
